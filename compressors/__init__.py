@@ -1,0 +1,1 @@
+"""Pure, synchronous, deterministic transforms of one request's conversation."""

@@ -1,0 +1,285 @@
+"""Views over the three chat wire formats.
+
+A view never rebuilds a request. It walks the parsed body once and yields ``Item``s, each
+pointing at the exact JSON container and key its text came from, so an edit is a single
+assignment into the original structure and every unknown field, key order and provider extra
+survives serialisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+JsonObject = dict[str, Any]
+
+
+class Dialect(StrEnum):
+    OPENAI_CHAT = "openai-chat"
+    ANTHROPIC = "anthropic"
+    OPENAI_RESPONSES = "openai-responses"
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Kind(StrEnum):
+    TEXT = "text"
+    REASONING = "reasoning"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+
+
+@dataclass(slots=True)
+class Item:
+    """One piece of conversation text and the place in the body it lives.
+
+    ``holder[key]`` is the value; ``message`` is the index of the wire message (or input item)
+    it belongs to, -1 for a top-level system prompt (Anthropic ``system``, Responses
+    ``instructions``).
+    """
+
+    kind: Kind
+    role: Role
+    message: int
+    holder: Any
+    key: str | int
+    call_id: str | None = None
+    tool_name: str | None = None
+
+    @property
+    def value(self) -> Any:
+        return self.holder[self.key]
+
+    @property
+    def text(self) -> str:
+        """The item's text; tool-call arguments given as objects are serialised."""
+        value = self.holder[self.key]
+        if isinstance(value, str):
+            return value
+        if value is None:
+            return ""
+        return orjson.dumps(value).decode()
+
+    def set_text(self, text: str) -> None:
+        self.holder[self.key] = text
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A parsed chat request body and the items found in it, in wire order."""
+
+    dialect: Dialect
+    body: JsonObject
+    items: list[Item] = field(default_factory=list)
+    message_count: int = 0
+    last_user_message: int = -1
+
+    @property
+    def has_tools(self) -> bool:
+        return bool(self.body.get("tools"))
+
+    def texts(self, role: Role, kind: Kind = Kind.TEXT) -> Iterator[str]:
+        for item in self.items:
+            if item.role is role and item.kind is kind:
+                yield item.text
+
+    @property
+    def system_text(self) -> str:
+        return "\n".join(self.texts(Role.SYSTEM))
+
+    def user_message_texts(self) -> list[str]:
+        """The text of each user message that carries text (tool results excluded)."""
+        by_message: dict[int, list[str]] = {}
+        for item in self.items:
+            if item.role is Role.USER and item.kind is Kind.TEXT:
+                by_message.setdefault(item.message, []).append(item.text)
+        return ["\n".join(parts) for _, parts in sorted(by_message.items())]
+
+    def count(self, kind: Kind) -> int:
+        return sum(1 for item in self.items if item.kind is kind)
+
+
+def parse_conversation(dialect: Dialect, body: object) -> Conversation:
+    """Build the view of a parsed request body; raise ``ValueError`` if it is not a chat body."""
+    if not isinstance(body, dict):
+        raise ValueError("request body is not a JSON object")
+    conversation = Conversation(dialect, body)
+    if dialect is Dialect.OPENAI_CHAT:
+        _walk_openai_chat(conversation)
+    elif dialect is Dialect.ANTHROPIC:
+        _walk_anthropic(conversation)
+    else:
+        _walk_responses(conversation)
+    return conversation
+
+
+def _text_parts(
+    out: list[Item], role: Role, kind: Kind, message: int, holder: Any, key: str | int
+) -> None:
+    """Items for a ``content`` that is a string or a list of typed text parts."""
+    value = holder[key]
+    if isinstance(value, str):
+        out.append(Item(kind, role, message, holder, key))
+    elif isinstance(value, list):
+        for part in value:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append(Item(kind, role, message, part, "text"))
+
+
+def _walk_openai_chat(conversation: Conversation) -> None:
+    messages = conversation.body.get("messages")
+    if not isinstance(messages, list):
+        raise ValueError("chat completions body has no 'messages' list")
+    items = conversation.items
+    call_names: dict[str, str] = {}
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        role_name = message.get("role")
+        if role_name in ("system", "developer"):
+            if "content" in message:
+                _text_parts(items, Role.SYSTEM, Kind.TEXT, index, message, "content")
+        elif role_name == "user":
+            conversation.last_user_message = index
+            if "content" in message:
+                _text_parts(items, Role.USER, Kind.TEXT, index, message, "content")
+        elif role_name == "assistant":
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(message.get(key), str):
+                    items.append(Item(Kind.REASONING, Role.ASSISTANT, index, message, key))
+            if "content" in message:
+                _text_parts(items, Role.ASSISTANT, Kind.TEXT, index, message, "content")
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and "arguments" in function:
+                    call_id = str(call.get("id", ""))
+                    name = str(function.get("name", ""))
+                    call_names[call_id] = name
+                    items.append(
+                        Item(
+                            Kind.TOOL_CALL,
+                            Role.ASSISTANT,
+                            index,
+                            function,
+                            "arguments",
+                            call_id,
+                            name,
+                        )
+                    )
+        elif role_name in ("tool", "function"):
+            call_id = str(message.get("tool_call_id", ""))
+            name = call_names.get(call_id) or message.get("name")
+            start = len(items)
+            if "content" in message:
+                _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, message, "content")
+            for item in items[start:]:
+                item.call_id, item.tool_name = call_id, name
+    conversation.message_count = len(messages)
+
+
+def _walk_anthropic(conversation: Conversation) -> None:
+    body = conversation.body
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise ValueError("messages body has no 'messages' list")
+    items = conversation.items
+    if "system" in body:
+        _text_parts(items, Role.SYSTEM, Kind.TEXT, -1, body, "system")
+    call_names: dict[str, str] = {}
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if message.get("role") == "user":
+            if isinstance(content, str):
+                items.append(Item(Kind.TEXT, Role.USER, index, message, "content"))
+                conversation.last_user_message = index
+                continue
+            for block in content if isinstance(content, list) else ():
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and isinstance(block.get("text"), str):
+                    items.append(Item(Kind.TEXT, Role.USER, index, block, "text"))
+                    conversation.last_user_message = index
+                elif block.get("type") == "tool_result" and "content" in block:
+                    call_id = str(block.get("tool_use_id", ""))
+                    start = len(items)
+                    _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, block, "content")
+                    for item in items[start:]:
+                        item.call_id, item.tool_name = call_id, call_names.get(call_id)
+        elif message.get("role") == "assistant":
+            if isinstance(content, str):
+                items.append(Item(Kind.TEXT, Role.ASSISTANT, index, message, "content"))
+                continue
+            for block in content if isinstance(content, list) else ():
+                if not isinstance(block, dict):
+                    continue
+                kind = block.get("type")
+                if kind == "text" and isinstance(block.get("text"), str):
+                    items.append(Item(Kind.TEXT, Role.ASSISTANT, index, block, "text"))
+                elif kind == "thinking" and "thinking" in block:
+                    items.append(Item(Kind.REASONING, Role.ASSISTANT, index, block, "thinking"))
+                elif kind == "redacted_thinking" and "data" in block:
+                    items.append(Item(Kind.REASONING, Role.ASSISTANT, index, block, "data"))
+                elif kind == "tool_use" and "input" in block:
+                    call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+                    call_names[call_id] = name
+                    items.append(
+                        Item(Kind.TOOL_CALL, Role.ASSISTANT, index, block, "input", call_id, name)
+                    )
+    conversation.message_count = len(messages)
+
+
+def _walk_responses(conversation: Conversation) -> None:
+    body = conversation.body
+    items = conversation.items
+    if isinstance(body.get("instructions"), str):
+        items.append(Item(Kind.TEXT, Role.SYSTEM, -1, body, "instructions"))
+    entries = body.get("input")
+    if isinstance(entries, str):
+        items.append(Item(Kind.TEXT, Role.USER, 0, body, "input"))
+        conversation.last_user_message = 0
+        conversation.message_count = 1
+        return
+    if not isinstance(entries, list):
+        raise ValueError("responses body has no 'input'")
+    call_names: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("type", "message")
+        if kind == "message":
+            role = entry.get("role")
+            if role in ("system", "developer"):
+                _text_parts(items, Role.SYSTEM, Kind.TEXT, index, entry, "content")
+            elif role == "user":
+                conversation.last_user_message = index
+                _text_parts(items, Role.USER, Kind.TEXT, index, entry, "content")
+            elif role == "assistant":
+                _text_parts(items, Role.ASSISTANT, Kind.TEXT, index, entry, "content")
+        elif kind == "reasoning":
+            for part in entry.get("summary") or ():
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    items.append(Item(Kind.REASONING, Role.ASSISTANT, index, part, "text"))
+        elif kind == "function_call" and "arguments" in entry:
+            call_id, name = str(entry.get("call_id", "")), str(entry.get("name", ""))
+            call_names[call_id] = name
+            items.append(
+                Item(Kind.TOOL_CALL, Role.ASSISTANT, index, entry, "arguments", call_id, name)
+            )
+        elif kind == "function_call_output" and "output" in entry:
+            call_id = str(entry.get("call_id", ""))
+            start = len(items)
+            _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, entry, "output")
+            for item in items[start:]:
+                item.call_id, item.tool_name = call_id, call_names.get(call_id)
+    conversation.message_count = len(entries)

@@ -1,0 +1,1 @@
+"""Everything deepmem keeps on disk: originals (CCR), project memory, checkpoints."""

@@ -1,0 +1,378 @@
+"""The aiohttp application: routes, the proxy handler and the observability endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from compressors.view import Dialect
+from proxy import __version__
+from proxy.config import Settings, Upstream
+from proxy.dialects import chat_dialect, error_body, error_style
+from proxy.health import Health
+from proxy.logs import body_for_log, redact_headers
+from proxy.metrics import Metrics
+from proxy.pipeline import TRANSFORMS, Outcome, Transform, rewrite_request
+from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
+from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, SessionRegistry
+
+log = logging.getLogger("deepmem.proxy")
+access_log = logging.getLogger("deepmem.access")
+
+
+@dataclass(slots=True)
+class ProxyState:
+    settings: Settings
+    metrics: Metrics = field(default_factory=Metrics)
+    health: Health = field(default_factory=Health)
+    transforms: list[Transform] = field(default_factory=lambda: list(TRANSFORMS))
+    pool: UpstreamPool = field(init=False)
+    sessions: SessionRegistry = field(init=False)
+    started_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.pool = UpstreamPool(self.settings)
+        self.sessions = SessionRegistry(self.settings.max_sessions)
+
+
+STATE: web.AppKey[ProxyState] = web.AppKey("deepmem_state", ProxyState)
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data, option=orjson.OPT_INDENT_2),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def _error(style: Dialect, status: int, message: str, error_type: str, code: str) -> web.Response:
+    return web.Response(
+        body=error_body(style, message, error_type, code),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def _is_loopback(remote: str | None) -> bool:
+    if not remote:
+        return False
+    try:
+        return ipaddress.ip_address(remote.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _admin_allowed(request: web.Request, settings: Settings) -> bool:
+    token = settings.admin_token
+    if token:
+        given = request.headers.get("Authorization", "")
+        if given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip(), token):
+            return True
+    return _is_loopback(request.remote)
+
+
+def _forbidden() -> web.Response:
+    return _json(
+        {
+            "error": {
+                "message": "admin endpoints answer loopback clients only; configure an admin "
+                "token (--admin-token / DEEP_MEMORY_ADMIN_TOKEN) and send it as "
+                "'Authorization: Bearer TOKEN' to reach them from elsewhere",
+                "type": "forbidden",
+                "code": "admin_only",
+            }
+        },
+        status=403,
+    )
+
+
+async def health_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    problems = state.health.problems()
+    return _json(
+        {
+            "status": "degraded" if problems else "ok",
+            "version": __version__,
+            "uptime_seconds": round(time.time() - state.started_at, 3),
+            "upstreams": {u.prefix: u.url for u in state.settings.upstreams},
+            "problems": problems,
+        },
+        status=503 if problems else 200,
+    )
+
+
+async def stats_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _admin_allowed(request, state.settings):
+        return _forbidden()
+    snapshot = state.sessions.snapshot()
+    snapshot["totals"]["active_streams"] = int(
+        sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
+    )
+    snapshot["totals"]["upstream_errors"] = int(
+        state.metrics.counter_total("deepmem_upstream_errors_total")
+    )
+    snapshot["totals"]["non_json_bodies"] = int(
+        state.metrics.counter_total("deepmem_non_json_bodies_total")
+    )
+    return _json({"version": __version__, "started_at": state.started_at, **snapshot})
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _admin_allowed(request, state.settings):
+        return _forbidden()
+    return web.Response(
+        text=state.metrics.render(),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def index_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return _json(
+        {
+            "name": "deepmem",
+            "version": __version__,
+            "upstreams": {f"/{u.prefix}/": u.url for u in state.settings.upstreams},
+            "endpoints": ["/health", "/stats", "/metrics"],
+        }
+    )
+
+
+def _upstream_url(upstream: Upstream, request: web.Request) -> URL:
+    raw_path = request.raw_path.split("?", 1)[0]
+    tail = raw_path[len(upstream.prefix) + 1 :]  # keep the leading "/" of the rest
+    target = upstream.url + tail
+    if request.query_string:
+        target += "?" + request.raw_path.split("?", 1)[1]
+    return URL(target, encoded=True)
+
+
+def _server_timing(overhead: float) -> CIMultiDict[str]:
+    return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
+
+
+async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    state = request.app[STATE]
+    settings, metrics = state.settings, state.metrics
+    prefix = request.match_info["prefix"]
+    subpath = "/" + request.match_info["tail"]
+    style = error_style(subpath, request.headers)
+    upstream = settings.upstream_for_prefix(prefix)
+    if upstream is None:
+        known = ", ".join(f"/{u.prefix}/" for u in settings.upstreams)
+        metrics.inc("deepmem_requests_total", route="unknown", status="404")
+        return _error(
+            style,
+            404,
+            f"deepmem: no upstream is served at /{prefix}/ (known: {known})",
+            "not_found_error",
+            "unknown_upstream",
+        )
+
+    dialect = chat_dialect(request.method, subpath)
+    route = dialect.value if dialect else "relay"
+    session_id: str | None = request.headers.get(SESSION_HEADER) or None
+    kind = "other"
+    outcome = "relayed"
+    body: object
+    if dialect is not None:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            metrics.inc("deepmem_requests_total", route=route, status="413")
+            return _error(
+                style,
+                413,
+                f"deepmem: request body exceeds the proxy's limit of {settings.max_body_mb:g} MiB "
+                "(--max-body-mb / DEEP_MEMORY_MAX_BODY_MB)",
+                "request_too_large",
+                "request_too_large",
+            )
+        metrics.inc("deepmem_bytes_in_total", len(raw))
+        if settings.log_bodies:
+            log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
+        result = rewrite_request(raw, dialect, request.headers, state.transforms)
+        body, session_id, outcome = result.body, result.session_id, result.outcome
+        kind = result.kind.value
+        if outcome == Outcome.NOT_JSON:
+            metrics.inc("deepmem_non_json_bodies_total", route=route)
+        elif outcome == Outcome.FAILED_OPEN:
+            metrics.inc("deepmem_fail_open_total", route=route)
+            log.warning(
+                "fail-open", extra={"fields": {"session": session_id, "error": result.error}}
+            )
+        bytes_in, bytes_out = len(raw), len(result.body)
+        metrics.inc("deepmem_bytes_out_total", bytes_out)
+        headers = upstream_request_headers(request.headers, keep_content_length=False)
+    else:
+        body = request.content if request.body_exists else None
+        bytes_in = bytes_out = request.content_length or 0
+        headers = upstream_request_headers(request.headers, keep_content_length=True)
+
+    session = None
+    if session_id:
+        session = state.sessions.touch(
+            session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
+        )
+    tallies = [state.sessions.totals] + ([session.tally] if session else [])
+    for tally in tallies:
+        tally.requests += 1
+        tally.bytes_in += bytes_in
+        tally.bytes_out += bytes_out
+        tally.kinds[kind] += 1
+        tally.fail_opens += outcome == Outcome.FAILED_OPEN
+
+    overhead = time.perf_counter() - started
+    metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)
+    extra_headers = _server_timing(overhead)
+    url = _upstream_url(upstream, request)
+    status = 0
+    relay: RelayResult | None = None
+    streaming = False
+    try:
+        async with state.pool.session(upstream.name).request(
+            request.method,
+            url,
+            data=body,
+            headers=headers,
+            allow_redirects=False,
+            compress=None,
+        ) as upstream_response:
+            status = upstream_response.status
+
+            def on_prepared() -> None:
+                nonlocal streaming
+                streaming = True
+                metrics.gauge_add("deepmem_active_streams", 1)
+                for tally in tallies:
+                    tally.streams += 1
+
+            try:
+                response, relay = await relay_response(
+                    request, upstream_response, style, extra_headers, on_prepared
+                )
+            finally:
+                if streaming:
+                    metrics.gauge_add("deepmem_active_streams", -1)
+    except asyncio.CancelledError:
+        metrics.inc("deepmem_client_disconnects_total", route=route)
+        _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
+        raise
+    except ConnectionResetError:
+        metrics.inc("deepmem_client_disconnects_total", route=route)
+        _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
+        raise
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        timed_out = isinstance(exc, asyncio.TimeoutError)
+        code = 504 if timed_out else 502
+        reason = "timed out" if timed_out else "unreachable"
+        metrics.inc("deepmem_upstream_errors_total", upstream=upstream.name, kind=reason)
+        metrics.inc("deepmem_requests_total", route=route, status=str(code))
+        for tally in tallies:
+            tally.errors += 1
+        detail = str(exc) or type(exc).__name__
+        log.warning("upstream %s %s: %s", upstream.name, reason, detail)
+        _log_access(request, upstream, route, code, started, session_id, kind, outcome)
+        response = _error(
+            style,
+            code,
+            f"deepmem: upstream '{upstream.name}' ({upstream.url}) {reason}: {detail}",
+            "upstream_timeout" if timed_out else "upstream_unreachable",
+            "upstream_timeout" if timed_out else "upstream_unreachable",
+        )
+        response.headers.extend(extra_headers)
+        return response
+
+    metrics.inc("deepmem_requests_total", route=route, status=str(status))
+    if status >= 400:
+        for tally in tallies:
+            tally.errors += 1
+    if relay.client_gone:
+        metrics.inc("deepmem_client_disconnects_total", route=route)
+    if relay.interrupted:
+        metrics.inc("deepmem_upstream_errors_total", upstream=upstream.name, kind="interrupted")
+        for tally in tallies:
+            tally.errors += 1
+        log.warning("upstream %s stream interrupted: %s", upstream.name, relay.interrupted)
+    usage = relay.usage_reader.finish() if relay.usage_reader else None
+    if usage is not None:
+        for tally in tallies:
+            tally.add_usage(usage)
+        if session is not None:
+            session.last_usage, session.last_usage_at = usage, time.time()
+    _log_access(
+        request, upstream, route, status, started, session_id, kind, outcome, relay.bytes_sent
+    )
+    return response
+
+
+def _log_access(
+    request: web.Request,
+    upstream: Upstream,
+    route: str,
+    status: int,
+    started: float,
+    session_id: str | None,
+    kind: str,
+    outcome: str,
+    bytes_back: int = 0,
+) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    fields = {
+        "method": request.method,
+        "path": request.path,
+        "status": status,
+        "upstream": upstream.name,
+        "route": route,
+        "ms": round((time.perf_counter() - started) * 1000, 2),
+        "session": session_id,
+        "kind": kind,
+        "outcome": outcome,
+        "bytes_back": bytes_back,
+    }
+    if log.isEnabledFor(logging.DEBUG):
+        fields["headers"] = redact_headers(request.headers.items())
+    access_log.info("request", extra={"fields": fields})
+
+
+async def _start(app: web.Application) -> None:
+    state = app[STATE]
+    await state.pool.start()
+    state.health.check_writable_dir("data_dir", state.settings.data_dir)
+
+
+async def _stop(app: web.Application) -> None:
+    await app[STATE].pool.close()
+
+
+def create_app(settings: Settings, transforms: list[Transform] | None = None) -> web.Application:
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    state = ProxyState(settings)
+    if transforms is not None:
+        state.transforms = transforms
+    app[STATE] = state
+    app.router.add_get("/", index_handler)
+    app.router.add_get("/health", health_handler)
+    app.router.add_get("/stats", stats_handler)
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
+    app.on_startup.append(_start)
+    app.on_cleanup.append(_stop)
+    return app

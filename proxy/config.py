@@ -1,0 +1,354 @@
+"""The one configuration definition and its loader.
+
+Every setting is declared once in ``OPTIONS``. The command line, the ``DEEP_MEMORY_*``
+environment, the TOML file and the documentation are all derived from that list, and values
+are resolved in one order: flags > environment > config file > defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "DEEP_MEMORY_"
+DEFAULT_UPSTREAM_NAME = "default"
+DEFAULT_PREFIX = "v1"
+UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+# Path segments the proxy answers itself; an upstream may not take them as a name.
+RESERVED_NAMES = frozenset(
+    {DEFAULT_PREFIX, "health", "stats", "metrics", "expand", "mcp", "memory", "sessions", "api"}
+)
+EMBEDDED_UPSTREAMS: dict[str, str] = {
+    DEFAULT_UPSTREAM_NAME: "https://api.openai.com/v1",
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com/v1",
+}
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message says which and why."""
+
+
+def _default_data_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local/share")
+    return os.path.join(base, "deepmem")
+
+
+def _parse_bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected true/false, got {raw!r}")
+
+
+def _parse_positive_float(raw: object) -> float:
+    value = float(raw)  # type: ignore[arg-type]
+    if not value > 0:
+        raise ValueError(f"must be greater than 0, got {raw!r}")
+    return value
+
+
+def _parse_port(raw: object) -> int:
+    value = int(raw)  # type: ignore[call-overload]
+    if not 0 <= value <= 65535:
+        raise ValueError(f"must be 0..65535, got {raw!r}")
+    return value
+
+
+def _parse_positive_int(raw: object) -> int:
+    value = int(raw)  # type: ignore[call-overload]
+    if value <= 0:
+        raise ValueError(f"must be greater than 0, got {raw!r}")
+    return value
+
+
+def _choice(*allowed: str) -> Callable[[object], str]:
+    def parse(raw: object) -> str:
+        text = str(raw).strip().lower()
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, got {raw!r}")
+        return text
+
+    return parse
+
+
+def _parse_str(raw: object) -> str:
+    return str(raw)
+
+
+def _parse_optional_str(raw: object) -> str | None:
+    text = str(raw)
+    return text or None
+
+
+def _parse_list(raw: object) -> list[str]:
+    """A list from TOML, or a comma/whitespace separated string from flags and environment."""
+    if isinstance(raw, list):
+        return [str(item).strip() for item in raw if str(item).strip()]
+    return [part for part in re.split(r"[\s,]+", str(raw)) if part]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: its name is the TOML key; flag and environment names derive from it."""
+
+    name: str
+    parse: Callable[[object], Any]
+    default: Any
+    help: str
+    metavar: str | None = None
+    repeatable: bool = False
+    is_flag: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("host", _parse_str, "127.0.0.1", "Address to bind.", "ADDR"),
+    Option("port", _parse_port, 8787, "Port to listen on.", "PORT"),
+    Option(
+        "upstream",
+        _parse_list,
+        [],
+        "Provider base URL, as OpenCode's baseURL would be (including /v1). 'URL' sets the "
+        "default upstream served at /v1/...; 'NAME=URL' adds one served at /NAME/... "
+        "Repeatable; the environment and the config file take a list. Named entries override "
+        "the embedded ones by name: "
+        + ", ".join(f"{name}={url}" for name, url in EMBEDDED_UPSTREAMS.items())
+        + ".",
+        "[NAME=]URL",
+        repeatable=True,
+    ),
+    Option("data_dir", _parse_str, None, "Directory for durable state.", "DIR"),
+    Option(
+        "log_level", _choice("debug", "info", "warning", "error"), "info", "Log level.", "LEVEL"
+    ),
+    Option("log_format", _choice("text", "json"), "text", "Log line format.", "FORMAT"),
+    Option(
+        "log_bodies",
+        _parse_bool,
+        False,
+        "Debug only: log request bodies (credentials redacted, long bodies truncated).",
+        is_flag=True,
+    ),
+    Option(
+        "max_body_mb",
+        _parse_positive_float,
+        64.0,
+        "Largest request body accepted, in MiB; larger ones get 413.",
+        "MB",
+    ),
+    Option(
+        "connect_timeout",
+        _parse_positive_float,
+        10.0,
+        "Seconds to open a connection to an upstream before answering 502.",
+        "SECONDS",
+    ),
+    Option(
+        "read_timeout",
+        _parse_positive_float,
+        600.0,
+        "Seconds an upstream may stay silent (before its headers or between two chunks) "
+        "before the request fails with 504. Streams have no total time limit.",
+        "SECONDS",
+    ),
+    Option(
+        "upstream_pool_size",
+        _parse_positive_int,
+        100,
+        "Most open keep-alive connections per upstream.",
+        "N",
+    ),
+    Option(
+        "admin_token",
+        _parse_optional_str,
+        None,
+        "Token that admin endpoints (/stats, /metrics) accept as 'Authorization: Bearer "
+        "TOKEN' from any address. Without it they answer loopback clients only.",
+        "TOKEN",
+    ),
+    Option(
+        "max_sessions",
+        _parse_positive_int,
+        1000,
+        "Sessions kept in memory for statistics; the least recently seen go first.",
+        "N",
+    ),
+)
+
+OPTIONS_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    name: str
+    url: str  # base URL without a trailing slash
+
+    @property
+    def prefix(self) -> str:
+        """The first path segment that routes to this upstream."""
+        return DEFAULT_PREFIX if self.name == DEFAULT_UPSTREAM_NAME else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    upstreams: tuple[Upstream, ...] = field(default_factory=tuple)
+    data_dir: Path = field(default_factory=lambda: Path(_default_data_dir()))
+    log_level: str = "info"
+    log_format: str = "text"
+    log_bodies: bool = False
+    max_body_mb: float = 64.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    upstream_pool_size: int = 100
+    admin_token: str | None = None
+    max_sessions: int = 1000
+    config_file: Path | None = None
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 1024 * 1024)
+
+    def upstream_for_prefix(self, prefix: str) -> Upstream | None:
+        for upstream in self.upstreams:
+            if upstream.prefix == prefix:
+                return upstream
+        return None
+
+
+def parse_upstreams(specs: Sequence[str]) -> tuple[Upstream, ...]:
+    """Merge ``[NAME=]URL`` specs over the embedded upstreams, by name."""
+    table = dict(EMBEDDED_UPSTREAMS)
+    for spec in specs:
+        name, sep, url = spec.partition("=")
+        if not sep or "://" in name:
+            name, url = DEFAULT_UPSTREAM_NAME, spec
+        name = name.strip().lower()
+        url = url.strip().rstrip("/")
+        if not UPSTREAM_NAME.match(name):
+            raise ConfigError(f"upstream name {name!r}: use lowercase letters, digits, - _ .")
+        if name in RESERVED_NAMES:
+            raise ConfigError(f"upstream name {name!r} is reserved for the proxy's own routes")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ConfigError(f"upstream {spec!r}: expected an http:// or https:// URL")
+        table[name] = url
+    return tuple(Upstream(name, url) for name, url in table.items())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per option; unset flags stay absent so lower layers can apply."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help=f"TOML file with any of the settings below (env {ENV_PREFIX}CONFIG).",
+    )
+    for option in OPTIONS:
+        text = f"{option.help} (env {option.env}; default: {_describe_default(option)})"
+        if option.is_flag:
+            parser.add_argument(
+                option.flag,
+                action="store_const",
+                const=True,
+                default=argparse.SUPPRESS,
+                help=text,
+            )
+        elif option.repeatable:
+            parser.add_argument(
+                option.flag,
+                action="append",
+                metavar=option.metavar,
+                default=argparse.SUPPRESS,
+                help=text,
+            )
+        else:
+            parser.add_argument(
+                option.flag, metavar=option.metavar, default=argparse.SUPPRESS, help=text
+            )
+
+
+def _describe_default(option: Option) -> str:
+    if option.name == "data_dir":
+        return "$XDG_DATA_HOME/deepmem, else ~/.local/share/deepmem"
+    if option.name == "upstream":
+        return "the embedded upstreams"
+    if option.default is None:
+        return "unset"
+    return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - set(OPTIONS_BY_NAME))
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown setting(s) {', '.join(unknown)}; "
+            f"known: {', '.join(OPTIONS_BY_NAME)}"
+        )
+    return data
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Resolve every option: flags > environment > config file > defaults."""
+    flags = dict(flags or {})
+    environ = os.environ if environ is None else environ
+    config_value = flags.pop("config", None) or environ.get(ENV_PREFIX + "CONFIG")
+    config_file = Path(config_value).expanduser() if config_value else None
+    file_values = _read_config_file(config_file) if config_file else {}
+
+    resolved: dict[str, Any] = {}
+    for option in OPTIONS:
+        layers = (
+            ("flag " + option.flag, flags.get(option.name)),
+            ("environment " + option.env, environ.get(option.env)),
+            (f"config file key {option.name!r}", file_values.get(option.name)),
+        )
+        for source, raw in layers:
+            if raw is None:
+                continue
+            if option.repeatable and isinstance(raw, list) and source.startswith("flag"):
+                raw = [part for item in raw for part in _parse_list(item)]
+            try:
+                resolved[option.name] = option.parse(raw)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{source}: {exc}") from exc
+            break
+        else:
+            resolved[option.name] = option.default
+
+    upstream_specs = resolved.pop("upstream")
+    data_dir = resolved.pop("data_dir") or _default_data_dir()
+    known = {f.name for f in fields(Settings)}
+    return Settings(
+        upstreams=parse_upstreams(upstream_specs),
+        data_dir=Path(data_dir).expanduser(),
+        config_file=config_file,
+        **{name: value for name, value in resolved.items() if name in known},
+    )

@@ -1,0 +1,90 @@
+"""The request-rewrite hook: parse once, identify and classify, run the transforms, fail open.
+
+Transforms are functions registered in ``TRANSFORMS``; each receives the parsed view and the
+request context and returns True when it changed the body. When none did, the exact bytes the
+client sent are forwarded; when one raises, they are forwarded too and the failure is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from compressors.view import Conversation, Dialect, parse_conversation
+from proxy.sessions import RequestKind, classify, session_id_for
+
+log = logging.getLogger("deepmem.pipeline")
+
+
+@dataclass(slots=True)
+class RequestContext:
+    dialect: Dialect
+    session_id: str
+    kind: RequestKind
+
+
+Transform = Callable[[Conversation, RequestContext], bool]
+
+# The compression pipeline plugs in here, in order.
+TRANSFORMS: list[Transform] = []
+
+
+class Outcome:
+    FORWARDED = "forwarded"  # parsed; nothing changed, original bytes go upstream
+    REWRITTEN = "rewritten"
+    NOT_JSON = "not_json"  # relayed untouched, the provider answers it
+    NOT_CHAT = "not_chat"  # JSON, but not a conversation of this dialect
+    FAILED_OPEN = "failed_open"  # our code raised; original bytes go upstream
+
+
+@dataclass(slots=True)
+class Rewrite:
+    body: bytes
+    outcome: str
+    session_id: str
+    kind: RequestKind
+    conversation: Conversation | None = None
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome == Outcome.REWRITTEN
+
+
+def rewrite_request(
+    raw: bytes,
+    dialect: Dialect,
+    headers: Any,
+    transforms: Sequence[Transform] = TRANSFORMS,
+) -> Rewrite:
+    """Never raises: every failure path returns the original bytes."""
+    session_id, kind = session_id_for(headers, None), RequestKind.OTHER
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return Rewrite(raw, Outcome.NOT_JSON, session_id, kind)
+    try:
+        try:
+            conversation = parse_conversation(dialect, body)
+        except ValueError as exc:
+            return Rewrite(raw, Outcome.NOT_CHAT, session_id, kind, error=str(exc))
+        session_id = session_id_for(headers, conversation)
+        kind = classify(conversation)
+        if not transforms:
+            return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+        context = RequestContext(dialect, session_id, kind)
+        changed = False
+        for transform in transforms:
+            changed = transform(conversation, context) or changed
+        if not changed:
+            return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+        return Rewrite(orjson.dumps(body), Outcome.REWRITTEN, session_id, kind, conversation)
+    except Exception as exc:
+        log.exception("rewrite failed; forwarding the original request (session %s)", session_id)
+        return Rewrite(
+            raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
+        )

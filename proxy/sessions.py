@@ -1,0 +1,157 @@
+"""Which session a request belongs to, what kind of request it is, and what each session saw."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import xxhash
+
+from compressors.view import Conversation, Kind, Role
+from proxy.dialects import Usage
+
+SESSION_HEADER = "x-session-id"
+PARENT_SESSION_HEADER = "x-parent-session-id"
+MAX_SESSION_ID_LENGTH = 200
+
+
+class RequestKind(StrEnum):
+    AGENT = "agent"
+    TITLE = "title"
+    COMPACTION = "compaction"
+    OTHER = "other"
+
+
+def session_id_for(headers: Any, conversation: Conversation | None) -> str:
+    """OpenCode's ``x-session-id``, else a stable fingerprint of how the conversation began."""
+    given = headers.get(SESSION_HEADER, "").strip()
+    if given:
+        return given[:MAX_SESSION_ID_LENGTH]
+    if conversation is None:
+        return "unknown"
+    users = conversation.user_message_texts()
+    seed = conversation.system_text + "\x00" + (users[0] if users else "")
+    return "fp_" + xxhash.xxh3_64_hexdigest(seed.encode("utf-8", "surrogatepass"))
+
+
+def classify(conversation: Conversation) -> RequestKind:
+    """Classify by structure, not wording, so new OpenCode releases keep being recognised.
+
+    A compaction carries no tools and hands the transcript over as text inside a
+    ``<conversation>`` block of its last user message; a title request carries no tools, no
+    assistant turns and a system prompt about a title.
+    """
+    if conversation.has_tools:
+        return RequestKind.AGENT
+    if any(
+        item.role is Role.ASSISTANT or item.kind is Kind.TOOL_RESULT for item in conversation.items
+    ):
+        return RequestKind.OTHER
+    users = conversation.user_message_texts()
+    last = users[-1] if users else ""
+    opening = last.find("<conversation>")
+    if opening >= 0 and last.find("</conversation>", opening) > opening:
+        return RequestKind.COMPACTION
+    if "title" in conversation.system_text.lower():
+        return RequestKind.TITLE
+    return RequestKind.OTHER
+
+
+@dataclass(slots=True)
+class Tally:
+    """What the proxy counted, for one session or for all of them."""
+
+    requests: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    streams: int = 0
+    errors: int = 0
+    fail_opens: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    usage: Usage = field(default_factory=Usage)
+    usage_responses: int = 0
+
+    def add_usage(self, usage: Usage) -> None:
+        self.usage_responses += 1
+        self.usage.input_tokens += usage.input_tokens
+        self.usage.output_tokens += usage.output_tokens
+        self.usage.cache_read_tokens += usage.cache_read_tokens
+        self.usage.cache_write_tokens += usage.cache_write_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "streams": self.streams,
+            "errors": self.errors,
+            "fail_opens": self.fail_opens,
+            "kinds": dict(self.kinds),
+            "usage_seen": {"responses": self.usage_responses, **self.usage.as_dict()},
+        }
+
+
+@dataclass(slots=True)
+class Session:
+    session_id: str
+    first_seen: float
+    last_seen: float
+    parent_id: str | None = None
+    upstream: str | None = None
+    tally: Tally = field(default_factory=Tally)
+    last_usage: Usage | None = None
+    last_usage_at: float | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The provider's count of the last prompt: the pressure the next request starts from."""
+        return self.last_usage.input_tokens if self.last_usage else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "parent_id": self.parent_id,
+            "upstream": self.upstream,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "last_usage": self.last_usage.as_dict() if self.last_usage else None,
+            **self.tally.as_dict(),
+        }
+
+
+class SessionRegistry:
+    """Sessions by id, the least recently seen evicted past ``capacity``, plus the totals."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.totals = Tally()
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+
+    def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
+        now = time.time()
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
+            self._sessions[session_id] = session
+            while len(self._sessions) > self.capacity:
+                self._sessions.popitem(last=False)
+        else:
+            session.last_seen = now
+            self._sessions.move_to_end(session_id)
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def snapshot(self) -> dict[str, Any]:
+        sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
+        return {
+            "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
+            "sessions": [session.as_dict() for session in sessions],
+        }

@@ -1,0 +1,82 @@
+"""Fixtures: a fake upstream and the proxy, both on real loopback sockets."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from proxy.app import STATE, ProxyState, create_app
+from proxy.config import load_settings
+from proxy.pipeline import Transform
+from tests.fake_upstream import FakeUpstream
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+CAPTURES = SHARED / "opencode" / "captures"
+CORPUS = SHARED / "corpus" / "data"
+
+
+@dataclass
+class RunningProxy:
+    url: str
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def state(self) -> ProxyState:
+        return self.app[STATE]
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    server = await FakeUpstream().start()
+    yield server
+    await server.stop()
+
+
+ProxyFactory = Callable[..., Awaitable[RunningProxy]]
+
+
+@pytest.fixture
+async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
+    """Start the proxy with flags as keyword arguments (upstream=[...], read_timeout=...)."""
+    runners: list[web.AppRunner] = []
+
+    async def start(transforms: list[Transform] | None = None, **flags: object) -> RunningProxy:
+        flags.setdefault("data_dir", str(tmp_path / "data"))
+        settings = load_settings(flags, environ={})
+        app = create_app(settings, transforms)
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return RunningProxy(f"http://127.0.0.1:{port}", app, runner)
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def proxy(start_proxy: ProxyFactory, upstream: FakeUpstream) -> RunningProxy:
+    """The proxy with the fake upstream as default (/v1) and as 'anthropic' and 'openai'."""
+    return await start_proxy(
+        upstream=[
+            f"{upstream.url}/v1",
+            f"anthropic={upstream.url}/v1",
+            f"openai={upstream.url}/v1",
+        ]
+    )
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield session
