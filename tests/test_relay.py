@@ -494,3 +494,27 @@ async def test_anthropic_error_event_mid_stream_is_relayed(proxy, upstream, clie
         proxy.url + "/anthropic/messages", data=_body(DIALECT_CALLS[1][2], stream=True)
     ) as response:
         assert await response.read() == b"".join(frames)
+
+
+async def test_client_abort_before_upstream_answers_cancels_upstream(proxy, upstream, client):
+    upstream_gone = asyncio.Event()
+    started = asyncio.Event()
+
+    async def thinking(request: web.Request, body: bytes) -> web.StreamResponse:
+        started.set()
+        try:
+            await asyncio.sleep(60)  # a long non-streamed generation
+        except asyncio.CancelledError:
+            upstream_gone.set()
+            raise
+        return web.Response()
+
+    upstream.handler = thinking
+    task = asyncio.ensure_future(
+        client.post(proxy.url + "/v1/chat/completions", data=_body(DIALECT_CALLS[0][2], False))
+    )
+    await asyncio.wait_for(started.wait(), timeout=3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(upstream_gone.wait(), timeout=3)
