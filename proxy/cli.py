@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -42,27 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+async def _serve(settings: Settings) -> None:
+    log = logging.getLogger("deepmem")
+    runner = web.AppRunner(create_app(settings), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        await site.start()
+        routes = ", ".join(f"/{u.prefix}/ -> {u.url}" for u in settings.upstreams)
+        log.info(
+            "deepmem %s listening on http://%s:%d (%s)",
+            __version__,
+            settings.host,
+            settings.port,
+            routes,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("deepmem stopping")
+    finally:
+        await runner.cleanup()
+
+
 def serve(settings: Settings) -> int:
     configure_logging(settings.log_level, settings.log_format)
-    log = logging.getLogger("deepmem")
-    app = create_app(settings)
-    routes = ", ".join(f"/{u.prefix}/ -> {u.url}" for u in settings.upstreams)
-    log.info(
-        "deepmem %s listening on http://%s:%d (%s)",
-        __version__,
-        settings.host,
-        settings.port,
-        routes,
-    )
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        access_log=None,
-        handler_cancellation=True,
-        print=None,
-        shutdown_timeout=5.0,
-    )
+    asyncio.run(_serve(settings))
     return 0
 
 
