@@ -17,7 +17,7 @@ from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
-CAPTURES = SHARED / "opencode" / "captures"
+CAPTURES = ROOT / "fixtures" / "opencode"
 CORPUS = SHARED / "corpus" / "data"
 
 
