@@ -204,12 +204,17 @@ def _walk_anthropic(conversation: Conversation) -> None:
                 items.append(Item(Kind.TEXT, Role.USER, index, message, "content"))
                 conversation.last_user_message = index
                 continue
-            for block in content if isinstance(content, list) else ():
+            blocks = content if isinstance(content, list) else []
+            # A message that carries tool results continues the tool loop, even when the
+            # client added text beside them; only a message without results starts a turn.
+            types = {b.get("type") for b in blocks if isinstance(b, dict)}
+            if "text" in types and "tool_result" not in types:
+                conversation.last_user_message = index
+            for block in blocks:
                 if not isinstance(block, dict):
                     continue
                 if block.get("type") == "text" and isinstance(block.get("text"), str):
                     items.append(Item(Kind.TEXT, Role.USER, index, block, "text"))
-                    conversation.last_user_message = index
                 elif block.get("type") == "tool_result" and "content" in block:
                     call_id = str(block.get("tool_use_id", ""))
                     start = len(items)
@@ -267,9 +272,8 @@ def _walk_responses(conversation: Conversation) -> None:
             elif role == "assistant":
                 _text_parts(items, Role.ASSISTANT, Kind.TEXT, index, entry, "content")
         elif kind == "reasoning":
-            for part in entry.get("summary") or ():
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    items.append(Item(Kind.REASONING, Role.ASSISTANT, index, part, "text"))
+            key = "summary" if "summary" in entry else "encrypted_content"
+            items.append(Item(Kind.REASONING, Role.ASSISTANT, index, entry, key))
         elif kind == "function_call" and "arguments" in entry:
             call_id, name = str(entry.get("call_id", "")), str(entry.get("name", ""))
             call_names[call_id] = name

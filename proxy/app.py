@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass, field
 
@@ -17,12 +18,15 @@ from yarl import URL
 
 from compressors.view import Dialect
 from proxy import __version__
+from proxy.compression import REPORT, Stores, build_transforms, open_stores
 from proxy.config import Settings, Upstream
 from proxy.dialects import chat_dialect, error_body, error_style
+from proxy.expand import expand
 from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers
+from proxy.mcp import mcp_post
 from proxy.metrics import Metrics
-from proxy.pipeline import TRANSFORMS, Outcome, Transform, rewrite_request
+from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, SessionRegistry
 
@@ -33,9 +37,10 @@ access_log = logging.getLogger("deepmem.access")
 @dataclass(slots=True)
 class ProxyState:
     settings: Settings
+    stores: Stores
+    transforms: list[Transform]
     metrics: Metrics = field(default_factory=Metrics)
     health: Health = field(default_factory=Health)
-    transforms: list[Transform] = field(default_factory=lambda: list(TRANSFORMS))
     pool: UpstreamPool = field(init=False)
     sessions: SessionRegistry = field(init=False)
     started_at: float = field(default_factory=time.time)
@@ -141,6 +146,50 @@ async def metrics_handler(request: web.Request) -> web.Response:
     )
 
 
+async def expand_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _admin_allowed(request, state.settings):
+        return _forbidden()
+    try:
+        start = int(request.query["start_line"]) if "start_line" in request.query else None
+        end = int(request.query["end_line"]) if "end_line" in request.query else None
+    except ValueError:
+        return _json(
+            {
+                "error": {
+                    "message": "start_line and end_line must be integers",
+                    "type": "invalid_request",
+                    "code": "bad_range",
+                }
+            },
+            status=400,
+        )
+    result = expand(state.stores.originals, request.match_info["key"], start, end)
+    if result.content is None:
+        return _json(
+            {"error": {"message": result.error, "type": "not_found", "code": "unknown_key"}},
+            status=404,
+        )
+    state.metrics.inc("deepmem_expands_total", via="http")
+    return web.Response(
+        body=result.content,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Deepmem-Key": result.key},
+    )
+
+
+async def mcp_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _admin_allowed(request, state.settings):
+        return _forbidden()
+    if request.method != "POST":
+        return web.Response(status=405, headers={"Allow": "POST"})
+    response = await mcp_post(request, state.stores.originals)
+    state.metrics.inc("deepmem_mcp_requests_total", status=str(response.status))
+    return response
+
+
 async def index_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
     return _json(
@@ -148,7 +197,7 @@ async def index_handler(request: web.Request) -> web.Response:
             "name": "deepmem",
             "version": __version__,
             "upstreams": {f"/{u.prefix}/": u.url for u in state.settings.upstreams},
-            "endpoints": ["/health", "/stats", "/metrics"],
+            "endpoints": ["/health", "/stats", "/metrics", "/expand/{key}", "/mcp"],
         }
     )
 
@@ -207,7 +256,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         metrics.inc("deepmem_bytes_in_total", len(raw))
         if settings.log_bodies:
             log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
-        result = rewrite_request(raw, dialect, request.headers, state.transforms)
+        result = rewrite_request(
+            raw, dialect, request.headers, state.transforms, state.sessions.idle_seconds
+        )
+        report = result.context.reports.get(REPORT) if result.context else None
         body, session_id, outcome = result.body, result.session_id, result.outcome
         kind = result.kind.value
         if outcome == Outcome.NOT_JSON:
@@ -221,6 +273,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         metrics.inc("deepmem_bytes_out_total", bytes_out)
         headers = upstream_request_headers(request.headers, keep_content_length=False)
     else:
+        report = None
         body = request.content if request.body_exists else None
         bytes_in = bytes_out = request.content_length or 0
         headers = upstream_request_headers(request.headers, keep_content_length=True)
@@ -237,6 +290,13 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         tally.bytes_out += bytes_out
         tally.kinds[kind] += 1
         tally.fail_opens += outcome == Outcome.FAILED_OPEN
+        if report is not None:
+            tally.tokens_before += report.tokens_before
+            tally.tokens_after += report.tokens_after
+            tally.outputs_compressed += sum(
+                n for name, n in report.counters.items() if name.startswith("compressed:")
+            )
+            tally.compression_events += report.event is not None
 
     overhead = time.perf_counter() - started
     metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)
@@ -363,15 +423,25 @@ async def _stop(app: web.Application) -> None:
 
 
 def create_app(settings: Settings, transforms: list[Transform] | None = None) -> web.Application:
+    """The proxy; ``transforms`` replaces the configured compression stage (tests use it)."""
     app = web.Application(client_max_size=settings.max_body_bytes)
-    state = ProxyState(settings)
-    if transforms is not None:
-        state.transforms = transforms
+    health = Health()
+    try:
+        stores = open_stores(settings)
+    except (OSError, sqlite3.Error) as exc:
+        # Keep serving: originals live in memory until the data dir is fixed and we restart.
+        health.report("state_db", f"cannot open the state database in {settings.data_dir}: {exc}")
+        stores = open_stores(settings, in_memory=True)
+    if transforms is None:
+        transforms = build_transforms(settings, stores)
+    state = ProxyState(settings, stores, transforms, health=health)
     app[STATE] = state
     app.router.add_get("/", index_handler)
     app.router.add_get("/health", health_handler)
     app.router.add_get("/stats", stats_handler)
     app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/expand/{key}", expand_handler)
+    app.router.add_route("*", "/mcp", mcp_handler)
     app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)

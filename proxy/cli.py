@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
@@ -41,6 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
         "config file > defaults.",
     )
     add_arguments(serve)
+    replay = commands.add_parser(
+        "replay",
+        help="replay transcripts through the pipeline and report what it saves",
+        description="Replay transcripts (corpus format) through the compression pipeline, one "
+        "request per assistant message, and print context reduction, prompt-cache cost, prefix "
+        "breaks, probe retention and pairing errors. Takes the same settings as serve.",
+    )
+    replay.add_argument("target", metavar="FILE|DIR", help="a transcript or a directory of them")
+    replay.add_argument("--json", action="store_true", help="print machine-readable results")
+    add_arguments(replay)
+    expand_cmd = commands.add_parser(
+        "expand",
+        help="print the original a marker's key stands for",
+        description="Print the exact original bytes a [deep-memory: …] marker's key stands for, "
+        "read from the data dir's state database (the proxy need not run).",
+    )
+    expand_cmd.add_argument("key", help="ccr:<24 hex> or the 24 hex digits")
+    expand_cmd.add_argument("--start-line", type=int, default=None, help="first line (1-based)")
+    expand_cmd.add_argument("--end-line", type=int, default=None, help="last line (inclusive)")
+    add_arguments(expand_cmd)
     return parser
 
 
@@ -81,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    flags = {key: value for key, value in vars(args).items() if key != "command"}
+    flags = {
+        key: value for key, value in vars(args).items() if key not in ("command", "target", "json")
+    }
     try:
         settings = load_settings(flags)
     except ConfigError as exc:
@@ -95,5 +118,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"deepmem: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr
             )
             return 1
+    if args.command == "expand":
+        return expand_key(args.key, settings, args.start_line, args.end_line)
+    if args.command == "replay":
+        return replay(Path(args.target), settings, as_json=args.json)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def expand_key(key: str, settings: Settings, start: int | None, end: int | None) -> int:
+    from memory.ccr import OriginalStore
+    from memory.db import DB_NAME, open_database
+    from proxy.expand import expand
+
+    path = settings.data_dir / DB_NAME
+    if not path.exists():
+        print(f"deepmem: no state database at {path} (is --data-dir right?)", file=sys.stderr)
+        return 1
+    result = expand(OriginalStore(open_database(path), settings.retention_days), key, start, end)
+    if result.content is None:
+        print(f"deepmem: {result.error}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(result.content)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def replay(target: Path, settings: Settings, *, as_json: bool) -> int:
+    from proxy.replay import format_json, format_text, run_replay
+
+    if not target.exists():
+        print(f"deepmem: {target} does not exist", file=sys.stderr)
+        return 2
+    reports = run_replay(target, settings)
+    if as_json:
+        sys.stdout.buffer.write(format_json(reports) + b"\n")
+    else:
+        print(format_text(reports))
+    return 0

@@ -72,6 +72,17 @@ def _parse_positive_int(raw: object) -> int:
     return value
 
 
+def _parse_non_negative_int(raw: object) -> int:
+    value = int(raw)  # type: ignore[call-overload]
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {raw!r}")
+    return value
+
+
+def _parse_int_list(raw: object) -> list[int]:
+    return [_parse_non_negative_int(item) for item in _parse_list(raw)]
+
+
 def _choice(*allowed: str) -> Callable[[object], str]:
     def parse(raw: object) -> str:
         text = str(raw).strip().lower()
@@ -185,6 +196,67 @@ OPTIONS: tuple[Option, ...] = (
         "TOKEN",
     ),
     Option(
+        "compress",
+        _parse_bool,
+        True,
+        "Compress agent requests. Off: a transparent relay that still counts and reports.",
+        "BOOL",
+    ),
+    Option(
+        "tail_tokens",
+        _parse_non_negative_int,
+        0,
+        "Tokens of older tool output sent in full before they are compressed together in one "
+        "rewrite (the latest step's output is always sent in full). 0 compresses each output "
+        "as soon as the next step begins.",
+        "TOKENS",
+    ),
+    Option(
+        "min_output_tokens",
+        _parse_non_negative_int,
+        250,
+        "Tool outputs shorter than this are never compressed.",
+        "TOKENS",
+    ),
+    Option(
+        "compress_live_turn",
+        _parse_bool,
+        True,
+        "Also compress older tool outputs inside the current user turn (its text, reasoning "
+        "and tool calls are never changed).",
+        "BOOL",
+    ),
+    Option(
+        "pressure_thresholds",
+        _parse_int_list,
+        [50_000, 150_000],
+        "Request sizes in tokens at which older outputs are re-compressed one level deeper.",
+        "TOKENS,...",
+    ),
+    Option(
+        "protected_tools",
+        _parse_list,
+        [],
+        "Tools whose results are never compressed, added to the built-in list (edit, write, "
+        "patch, todowrite, question, skill, deepmem's own tools, ...).",
+        "NAME,...",
+    ),
+    Option(
+        "retention_days",
+        _parse_positive_float,
+        30.0,
+        "Days an original stays expandable after the last request that referenced it.",
+        "DAYS",
+    ),
+    Option(
+        "cache_ttl",
+        _parse_positive_float,
+        300.0,
+        "Seconds a provider keeps a prompt cache; a session idle longer is re-compressed "
+        "freely because its cache is cold anyway.",
+        "SECONDS",
+    ),
+    Option(
         "max_sessions",
         _parse_positive_int,
         1000,
@@ -222,6 +294,14 @@ class Settings:
     upstream_pool_size: int = 100
     admin_token: str | None = None
     max_sessions: int = 1000
+    compress: bool = True
+    tail_tokens: int = 0
+    min_output_tokens: int = 250
+    compress_live_turn: bool = True
+    pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
+    protected_tools: tuple[str, ...] = ()
+    retention_days: float = 30.0
+    cache_ttl: float = 300.0
     config_file: Path | None = None
 
     @property
@@ -345,6 +425,8 @@ def load_settings(
 
     upstream_specs = resolved.pop("upstream")
     data_dir = resolved.pop("data_dir") or _default_data_dir()
+    for name in ("pressure_thresholds", "protected_tools"):
+        resolved[name] = tuple(resolved[name])
     known = {f.name for f in fields(Settings)}
     return Settings(
         upstreams=parse_upstreams(upstream_specs),

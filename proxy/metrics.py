@@ -77,6 +77,8 @@ class Metrics:
         ),
         "deepmem_bytes_in_total": ("counter", "Request body bytes received from clients."),
         "deepmem_bytes_out_total": ("counter", "Request body bytes forwarded upstream."),
+        "deepmem_expands_total": ("counter", "Originals returned by expand, by interface."),
+        "deepmem_mcp_requests_total": ("counter", "MCP requests answered, by status."),
         "deepmem_client_disconnects_total": (
             "counter",
             "Clients that went away before their response was complete.",

@@ -1,15 +1,16 @@
 """The request-rewrite hook: parse once, identify and classify, run the transforms, fail open.
 
-Transforms are functions registered in ``TRANSFORMS``; each receives the parsed view and the
-request context and returns True when it changed the body. When none did, the exact bytes the
-client sent are forwarded; when one raises, they are forwarded too and the failure is counted.
+Transforms are callables (``proxy.compression.build_transforms`` makes the list); each receives
+the parsed view and the request context and returns True when it changed the body. When none
+did, the exact bytes the client sent are forwarded; when one raises, they are forwarded too and
+the failure is counted.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -25,12 +26,12 @@ class RequestContext:
     dialect: Dialect
     session_id: str
     kind: RequestKind
+    idle_seconds: float | None = None  # since the session's previous request, when known
+    reports: dict[str, Any] = field(default_factory=dict)  # what each transform did
 
 
 Transform = Callable[[Conversation, RequestContext], bool]
-
-# The compression pipeline plugs in here, in order.
-TRANSFORMS: list[Transform] = []
+IdleLookup = Callable[[str], float | None]
 
 
 class Outcome:
@@ -49,6 +50,7 @@ class Rewrite:
     kind: RequestKind
     conversation: Conversation | None = None
     error: str | None = None
+    context: RequestContext | None = None
 
     @property
     def changed(self) -> bool:
@@ -59,7 +61,8 @@ def rewrite_request(
     raw: bytes,
     dialect: Dialect,
     headers: Any,
-    transforms: Sequence[Transform] = TRANSFORMS,
+    transforms: Sequence[Transform] = (),
+    idle_seconds: IdleLookup | None = None,
 ) -> Rewrite:
     """Never raises: every failure path returns the original bytes."""
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
@@ -76,13 +79,15 @@ def rewrite_request(
         kind = classify(conversation)
         if not transforms:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
-        context = RequestContext(dialect, session_id, kind)
+        idle = idle_seconds(session_id) if idle_seconds is not None else None
+        context = RequestContext(dialect, session_id, kind, idle)
         changed = False
         for transform in transforms:
             changed = transform(conversation, context) or changed
-        if not changed:
-            return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
-        return Rewrite(orjson.dumps(body), Outcome.REWRITTEN, session_id, kind, conversation)
+        outcome, out = (
+            (Outcome.REWRITTEN, orjson.dumps(body)) if changed else (Outcome.FORWARDED, raw)
+        )
+        return Rewrite(out, outcome, session_id, kind, conversation, context=context)
     except Exception as exc:
         log.exception("rewrite failed; forwarding the original request (session %s)", session_id)
         return Rewrite(

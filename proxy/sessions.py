@@ -73,6 +73,10 @@ class Tally:
     kinds: Counter[str] = field(default_factory=Counter)
     usage: Usage = field(default_factory=Usage)
     usage_responses: int = 0
+    tokens_before: int = 0  # estimated tool-output tokens as the client sent them
+    tokens_after: int = 0  # the same outputs as forwarded
+    outputs_compressed: int = 0
+    compression_events: int = 0
 
     def add_usage(self, usage: Usage) -> None:
         self.usage_responses += 1
@@ -90,6 +94,12 @@ class Tally:
             "errors": self.errors,
             "fail_opens": self.fail_opens,
             "kinds": dict(self.kinds),
+            "compression": {
+                "tokens_before": self.tokens_before,
+                "tokens_after": self.tokens_after,
+                "outputs_compressed": self.outputs_compressed,
+                "events": self.compression_events,
+            },
             "usage_seen": {"responses": self.usage_responses, **self.usage.as_dict()},
         }
 
@@ -145,6 +155,10 @@ class SessionRegistry:
 
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
+
+    def idle_seconds(self, session_id: str) -> float | None:
+        session = self._sessions.get(session_id)
+        return None if session is None else time.time() - session.last_seen
 
     def __len__(self) -> int:
         return len(self._sessions)

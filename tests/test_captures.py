@@ -36,7 +36,17 @@ def test_captures_are_present():
 
 
 @pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
-async def test_capture_arrives_byte_identical(proxy, upstream, client, path):
+async def test_capture_arrives_byte_identical_through_the_relay(
+    start_proxy, upstream, client, path
+):
+    proxy = await start_proxy(
+        compress="false",
+        upstream=[
+            f"{upstream.url}/v1",
+            f"anthropic={upstream.url}/v1",
+            f"openai={upstream.url}/v1",
+        ],
+    )
     capture = _load(path)
     body = json.dumps(capture["body"], ensure_ascii=False, indent=1).encode()
     dialect = chat_dialect("POST", capture["path"])

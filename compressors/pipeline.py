@@ -1,0 +1,392 @@
+"""One request's compression: zones, layer 1 (old reasoning, reminders), layer 2 (dedup and
+per-tool compression), under a cache-safe policy.
+
+Cache safety. Providers cache prompt prefixes, so once a tool output has been sent in some
+form, later requests send it in the same form. ``SessionMemo`` holds every decision by
+fingerprint (tool, arguments, text); a decision changes only in a counted *event*:
+
+- ``batch``: outputs sent in full that have left the protected tail add up to more than
+  ``tail_tokens``; all of them are compressed in one rewrite;
+- ``pressure``: the request crossed an absolute threshold (50 K, 150 K tokens): every
+  compressible output is re-compressed one level deeper;
+- ``cold``: the provider's cache has expired anyway, so a rewrite costs nothing extra;
+- ``turn``: a new user turn began; older turns lose their reasoning, so their outputs are
+  compressed in the same rewrite.
+
+Outputs the memo has never seen outside the protected tail (a proxy that joined a session
+late) are compressed on sight. The result is a pure function of the request and the memo.
+
+Zones: the head (system prompt up to the first user message) is never changed; the live turn
+(from the last real user message on) keeps its text, reasoning and tool calls byte for byte;
+the latest step's tool results are never changed; older tool results, in earlier turns and
+earlier in the live turn, are compressible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import xxhash
+
+from compressors.markers import ccr_key, marker, utf8
+from compressors.outputs import Budget, ToolOutput
+from compressors.registry import DEFAULT_PROTECTED_TOOLS, compress_output, is_protected
+from compressors.tokens import estimate_tokens
+from compressors.view import Conversation, Dialect, Item, Kind, Role
+
+
+@dataclass(frozen=True, slots=True)
+class CompressionSettings:
+    tail_tokens: int = 0
+    min_output_tokens: int = 250
+    min_saving_tokens: int = 100
+    min_saving_ratio: float = 0.25
+    level_ratios: tuple[float, ...] = (0.25, 0.12, 0.06)
+    level_floor_chars: tuple[int, ...] = (1200, 700, 400)
+    pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
+    protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS
+    compress_live_turn: bool = True
+    strip_reasoning: bool = True
+    drop_system_reminders: bool = True
+
+    def budget(self, text: str, level: int) -> Budget:
+        index = min(level, len(self.level_ratios)) - 1
+        ratio, floor = self.level_ratios[index], self.level_floor_chars[index]
+        return Budget(max_chars=max(floor, int(len(text) * ratio)), level=level)
+
+
+@dataclass(slots=True)
+class Decision:
+    """How an output is sent. ``level`` 0: in full so far; >= 1: compressed at that depth,
+    ``text`` the replacement (None when compressing did not pay off at that depth).
+    ``final``: never compressed (small, protected, or nothing to gain at any depth)."""
+
+    level: int = 0
+    text: str | None = None
+    final: bool = False
+
+
+@dataclass(slots=True)
+class SessionMemo:
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    level: int = 1
+    thresholds_crossed: int = 0
+    turn: str | None = None  # fingerprint of the last real user message seen
+    events: int = 0
+
+
+@dataclass(slots=True)
+class CompressionResult:
+    changed: bool = False
+    originals: dict[str, str] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)  # new or changed entries
+    counters: Counter[str] = field(default_factory=Counter)
+    event: str | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
+THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
+SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+MIN_REMINDER_CHARS = 400
+
+
+def fingerprint(output: ToolOutput) -> str:
+    data = utf8(output.tool) + b"\x00" + utf8(output.arguments) + b"\x00" + utf8(output.text)
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+@dataclass(slots=True, eq=False)
+class _Candidate:
+    item: Item
+    output: ToolOutput
+    fp: str
+    tokens: int
+
+
+def _latest_step_calls(items: list[Item]) -> set[str]:
+    """Call ids of the last run of tool calls not interrupted by a tool result."""
+    calls: set[str] = set()
+    for item in reversed(items):
+        if item.kind is Kind.TOOL_CALL:
+            calls.add(item.call_id or "")
+        elif item.kind is Kind.TOOL_RESULT and calls:
+            break
+    return calls
+
+
+def _first_user_message(conversation: Conversation) -> int:
+    for item in conversation.items:
+        if item.role is Role.USER and item.kind is Kind.TEXT:
+            return item.message
+    return -1
+
+
+def compress(
+    conversation: Conversation,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    *,
+    cache_cold: bool = False,
+) -> CompressionResult:
+    """Compress ``conversation`` in place; update ``memo``; never touch protected zones."""
+    result = CompressionResult()
+    items = conversation.items
+    head_end = _first_user_message(conversation)
+    live_start = conversation.last_user_message
+    turn = _turn_fingerprint(conversation)
+    new_turn = memo.turn is not None and turn != memo.turn
+    memo.turn = turn
+
+    candidates = _candidates(conversation, head_end)
+    in_tail = _tail_flags(items, candidates, live_start, settings)
+    pending: list[_Candidate] = []
+    fresh: list[_Candidate] = []
+    compressible: list[_Candidate] = []
+    for candidate, tail in zip(candidates, in_tail, strict=True):
+        decision = memo.decisions.get(candidate.fp)
+        if decision is None and (
+            candidate.tokens < settings.min_output_tokens
+            or is_protected(candidate.output, settings.protected_tools)
+        ):
+            decision = _decide(memo, result, candidate.fp, Decision(final=True))
+        if decision is not None and decision.final:
+            continue
+        if tail:
+            if decision is None:
+                _decide(memo, result, candidate.fp, Decision(level=0))
+            continue
+        compressible.append(candidate)
+        if decision is None:
+            fresh.append(candidate)
+        elif decision.level == 0:
+            pending.append(candidate)
+
+    pressure = _request_tokens(items, candidates, memo)
+    event = _event(memo, settings, pressure, pending, cache_cold, new_turn)
+    if event is None:
+        chosen = set(map(id, fresh))
+    elif event == "pressure":
+        chosen = set(map(id, compressible))
+    else:
+        chosen = set(map(id, pending)) | set(map(id, fresh))
+    if event is not None:
+        memo.events += 1
+        result.event = event
+        result.counters[f"event:{event}"] += 1
+
+    result.tokens_before = sum(c.tokens for c in candidates)
+    first_copy: set[str] = set()
+    for candidate in compressible:
+        if id(candidate) in chosen:
+            decision = _compress_one(
+                candidate, candidate.fp in first_copy, memo.level, settings, result
+            )
+            _decide(memo, result, candidate.fp, decision)
+        first_copy.add(candidate.fp)
+        _apply(candidate, memo.decisions[candidate.fp], result)
+    result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
+
+    if live_start > head_end:
+        _strip_old_turns(conversation, live_start, settings, result)
+    return result
+
+
+def _candidates(conversation: Conversation, head_end: int) -> list[_Candidate]:
+    call_arguments = {
+        item.call_id: item.text for item in conversation.items if item.kind is Kind.TOOL_CALL
+    }
+    found = []
+    for item in conversation.items:
+        if item.kind is not Kind.TOOL_RESULT or item.message <= head_end:
+            continue
+        text = item.value
+        if not isinstance(text, str):
+            continue
+        output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""))
+        found.append(_Candidate(item, output, fingerprint(output), estimate_tokens(text)))
+    return found
+
+
+def _tail_flags(
+    items: list[Item],
+    candidates: list[_Candidate],
+    live_start: int,
+    settings: CompressionSettings,
+) -> list[bool]:
+    """Which results are protected: the latest step's, and with ``compress_live_turn`` off,
+    every result of the live turn."""
+    latest_calls = _latest_step_calls(items)
+    last_call = max((i.message for i in items if i.kind is Kind.TOOL_CALL), default=-1)
+    return [
+        c.item.call_id in latest_calls
+        or c.item.message > last_call
+        or (not settings.compress_live_turn and c.item.message > live_start)
+        for c in candidates
+    ]
+
+
+def _request_tokens(items: list[Item], candidates: list[_Candidate], memo: SessionMemo) -> int:
+    """The request's size as it would be sent with the decisions made so far."""
+    results = {id(c.item) for c in candidates}
+    total = sum(estimate_tokens(i.text) for i in items if id(i) not in results)
+    for candidate in candidates:
+        decision = memo.decisions.get(candidate.fp)
+        if decision is not None and decision.text is not None:
+            total += estimate_tokens(decision.text)
+        else:
+            total += candidate.tokens
+    return total
+
+
+def _turn_fingerprint(conversation: Conversation) -> str:
+    texts = [
+        i.text
+        for i in conversation.items
+        if i.message == conversation.last_user_message and i.kind is Kind.TEXT
+    ]
+    return xxhash.xxh3_64_hexdigest(utf8(f"{conversation.last_user_message}\x00" + "".join(texts)))
+
+
+def _event(
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    pressure: int,
+    pending: list[_Candidate],
+    cache_cold: bool,
+    new_turn: bool,
+) -> str | None:
+    crossed = sum(1 for threshold in settings.pressure_thresholds if pressure >= threshold)
+    if crossed > memo.thresholds_crossed:
+        memo.thresholds_crossed = crossed
+        memo.level = 1 + crossed
+        return "pressure"
+    if not pending:
+        return None
+    if cache_cold:
+        return "cold"
+    if new_turn:
+        return "turn"
+    if sum(c.tokens for c in pending) > settings.tail_tokens:
+        return "batch"
+    return None
+
+
+def _decide(memo: SessionMemo, result: CompressionResult, fp: str, decision: Decision) -> Decision:
+    memo.decisions[fp] = decision
+    result.decisions[fp] = decision
+    return decision
+
+
+def _compress_one(
+    candidate: _Candidate,
+    duplicate: bool,
+    level: int,
+    settings: CompressionSettings,
+    result: CompressionResult,
+) -> Decision:
+    text = candidate.output.text
+    key = ccr_key(text)
+    if duplicate:
+        tool = candidate.output.tool or "tool"
+        pointer = marker(f"identical to an earlier {tool} output with the same arguments", key)
+        result.counters["dedup"] += 1
+        return Decision(level=level, text=pointer)
+    last_level = level >= len(settings.level_ratios)
+    outcome = compress_output(candidate.output, settings.budget(text, level))
+    if outcome is None:
+        return Decision(level=level, final=last_level)
+    name, compressed = outcome
+    replacement = marker(compressed.omitted, key) + "\n" + compressed.text
+    saved = candidate.tokens - estimate_tokens(replacement)
+    if saved < settings.min_saving_tokens or saved < settings.min_saving_ratio * candidate.tokens:
+        return Decision(level=level, final=last_level)
+    result.counters[f"compressed:{name}"] += 1
+    return Decision(level=level, text=replacement)
+
+
+def _apply(candidate: _Candidate, decision: Decision, result: CompressionResult) -> None:
+    if decision.text is None:
+        return
+    original = candidate.output.text
+    result.originals[ccr_key(original)] = original
+    candidate.item.set_text(decision.text)
+    result.changed = True
+
+
+def _strip_old_turns(
+    conversation: Conversation,
+    live_start: int,
+    settings: CompressionSettings,
+    result: CompressionResult,
+) -> None:
+    """Layer 1 for turns before the live one: reasoning out (whole units), reminders out."""
+    dropped: list[Item] = []
+    for item in conversation.items:
+        if item.message >= live_start or item.message < 0:
+            continue
+        if settings.strip_reasoning and item.role is Role.ASSISTANT:
+            if item.kind is Kind.REASONING:
+                dropped.append(item)
+            elif item.kind is Kind.TEXT and isinstance(item.value, str) and "<think" in item.value:
+                stripped = THINK_BLOCK.sub("", item.value)
+                if stripped != item.value:
+                    item.set_text(stripped)
+                    result.counters["reasoning_dropped"] += 1
+                    result.changed = True
+        elif (
+            settings.drop_system_reminders
+            and item.role is Role.USER
+            and item.kind is Kind.TEXT
+            and isinstance(item.value, str)
+            and "<system-reminder>" in item.value
+        ):
+            _drop_reminders(item, result)
+    if dropped:
+        _drop_reasoning(conversation, dropped, result)
+
+
+def _drop_reminders(item: Item, result: CompressionResult) -> None:
+    def replace(match: re.Match[str]) -> str:
+        block = match.group(0)
+        if len(block) < MIN_REMINDER_CHARS:
+            return block
+        key = ccr_key(block)
+        result.originals[key] = block
+        result.counters["reminders_dropped"] += 1
+        return marker("system reminder removed from an earlier turn", key)
+
+    text = SYSTEM_REMINDER.sub(replace, item.value)
+    if text != item.value:
+        item.set_text(text)
+        result.changed = True
+
+
+def _drop_reasoning(
+    conversation: Conversation, dropped: list[Item], result: CompressionResult
+) -> None:
+    """Remove reasoning whole: the field, the thinking block, or the Responses item."""
+    body = conversation.body
+    for item in dropped:
+        holder = item.holder
+        if conversation.dialect is Dialect.OPENAI_CHAT:
+            holder.pop(item.key, None)
+        elif conversation.dialect is Dialect.ANTHROPIC:
+            content = body["messages"][item.message].get("content")
+            if isinstance(content, list) and any(b is not holder for b in content):
+                content[:] = [block for block in content if block is not holder]
+            else:
+                continue
+        else:
+            continue  # Responses reasoning items are removed below, one entry per item
+        result.counters["reasoning_dropped"] += 1
+        result.changed = True
+    if conversation.dialect is Dialect.OPENAI_RESPONSES:
+        doomed = {item.message for item in dropped}
+        entries = body.get("input")
+        if isinstance(entries, list) and doomed:
+            entries[:] = [e for i, e in enumerate(entries) if i not in doomed]
+            result.counters["reasoning_dropped"] += len(doomed)
+            result.changed = True

@@ -1,0 +1,254 @@
+"""The one visible list of per-tool compressors, and how a tool output finds its compressor.
+
+Order of choice: the tool's name or alias; for shell tools, the program the command runs; for
+editor tools, the editor command; then the shape of the output; then the generic fallback.
+A compressor that returns None passes the output on to the next candidate.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from compressors.outputs import Budget, CallArguments, Compressed, CompressFn, ToolOutput
+from compressors.tools import file_read, generic, json_crush, listing, prose, search, shell
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCompressor:
+    name: str
+    compress: CompressFn
+    tools: frozenset[str]  # lowercased tool names and aliases that mean this kind
+    programs: frozenset[str] = frozenset()  # shell programs whose output is this kind
+
+
+FILE_READ = ToolCompressor(
+    "file_read",
+    file_read.compress,
+    frozenset(
+        {
+            "read",
+            "read_file",
+            "view",
+            "view_file",
+            "open",
+            "open_file",
+            "goto",
+            "scroll_up",
+            "scroll_down",
+            "cat",
+        }
+    ),
+    frozenset(
+        {
+            "cat",
+            "nl",
+            "head",
+            "tail",
+            "sed",
+            "open",
+            "goto",
+            "scroll_up",
+            "scroll_down",
+            "bat",
+            "less",
+            "more",
+        }
+    ),
+)
+LISTING = ToolCompressor(
+    "listing",
+    listing.compress,
+    frozenset(
+        {
+            "glob",
+            "list",
+            "ls",
+            "list_files",
+            "list_dir",
+            "list_directory",
+            "find_file",
+            "find_files",
+            "tree",
+        }
+    ),
+    frozenset({"find", "ls", "tree", "fd", "fdfind", "find_file", "locate", "du"}),
+)
+SEARCH = ToolCompressor(
+    "search",
+    search.compress,
+    frozenset(
+        {
+            "grep",
+            "search",
+            "search_dir",
+            "search_file",
+            "rg",
+            "ripgrep",
+            "grep_search",
+            "codebase_search",
+            "code_search",
+        }
+    ),
+    frozenset(
+        {"grep", "egrep", "fgrep", "rg", "ag", "ack", "git-grep", "search_dir", "search_file"}
+    ),
+)
+SHELL = ToolCompressor(
+    "shell",
+    shell.compress,
+    frozenset(
+        {
+            "bash",
+            "execute_bash",
+            "shell",
+            "run",
+            "run_command",
+            "terminal",
+            "exec",
+            "execute_command",
+            "command",
+            "run_terminal_cmd",
+            "powershell",
+            "sh",
+        }
+    ),
+)
+JSON = ToolCompressor("json", json_crush.compress, frozenset())
+PROSE = ToolCompressor(
+    "prose",
+    prose.compress,
+    frozenset(
+        {
+            "task",
+            "agent",
+            "subagent",
+            "webfetch",
+            "web_fetch",
+            "fetch",
+            "websearch",
+            "web_search",
+            "browser",
+            "browse",
+        }
+    ),
+)
+GENERIC = ToolCompressor("generic", generic.compress, frozenset())
+
+# The list. Shape detection tries these in this order when the name says nothing.
+COMPRESSORS: tuple[ToolCompressor, ...] = (
+    JSON,
+    FILE_READ,
+    SEARCH,
+    LISTING,
+    SHELL,
+    PROSE,
+    GENERIC,
+)
+
+EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "editor"})
+EDITOR_READ_COMMANDS = frozenset({"view", "read"})
+
+# Results of these tools are never compressed: they confirm an edit, carry a plan or a
+# question, or are deepmem's own answers.
+DEFAULT_PROTECTED_TOOLS: frozenset[str] = frozenset(
+    {
+        "edit",
+        "write",
+        "patch",
+        "multiedit",
+        "apply_patch",
+        "todowrite",
+        "todoread",
+        "question",
+        "skill",
+        "create",
+        "insert",
+        "str_replace",
+        "undo_edit",
+        "submit",
+        "deep_expand",
+        "memory_search",
+        "memory_store",
+        "memory_forget",
+    }
+)
+_OWN_TOOL = re.compile(r"(?:^|[_.-])(deep_expand|memory_search|memory_store|memory_forget)$")
+
+
+def is_protected(output: ToolOutput, protected: frozenset[str]) -> bool:
+    key = output.tool_key
+    if key in protected or _OWN_TOOL.search(key):
+        return True
+    if key in EDITOR_TOOLS:
+        command = CallArguments(output.arguments).text("command").lower()
+        return bool(command) and command not in EDITOR_READ_COMMANDS
+    return False
+
+
+_SKIP_WORDS = frozenset({"sudo", "time", "env", "nohup", "timeout", "command", "exec", "xargs"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def shell_program(command: str) -> str:
+    """The program a shell command line mostly runs: the first word of its last ``&&`` step,
+    skipping ``cd``, env assignments and wrappers (``sudo``, ``timeout 30``)."""
+    steps = [step for step in re.split(r"&&|;|\n", command) if step.strip()]
+    for step in reversed(steps):
+        first_stage = step.split("|", 1)[0]
+        try:
+            words = shlex.split(first_stage, comments=True)
+        except ValueError:
+            words = first_stage.split()
+        words = [w for w in words if not _ASSIGNMENT.match(w)]
+        while words and (words[0] in _SKIP_WORDS or words[0].isdigit()):
+            words = words[1:]
+            if words and words[0].startswith("-"):
+                words = words[1:]
+        if not words or words[0] == "cd":
+            continue
+        program = words[0].rsplit("/", 1)[-1]
+        if program in ("python", "python3") and len(words) > 2 and words[1] == "-m":
+            return words[2]
+        if program == "git" and len(words) > 1 and words[1] == "grep":
+            return "git-grep"
+        return program
+    return ""
+
+
+def _by_program(program: str) -> ToolCompressor | None:
+    for candidate in (SEARCH, LISTING, FILE_READ):
+        if program in candidate.programs:
+            return candidate
+    return None
+
+
+def candidates(output: ToolOutput) -> list[ToolCompressor]:
+    """Compressors to try, most specific first; GENERIC always last."""
+    key = output.tool_key
+    first: list[ToolCompressor] = []
+    if key in EDITOR_TOOLS:
+        first.append(FILE_READ)
+    elif key in SHELL.tools:
+        command = CallArguments(output.arguments).text("command", "cmd", "script", "input")
+        by_program = _by_program(shell_program(command)) if command else None
+        if by_program is not None:
+            first.append(by_program)
+        first.append(SHELL)
+    else:
+        for compressor in COMPRESSORS:
+            if key in compressor.tools:
+                first.append(compressor)
+                break
+    rest = [c for c in COMPRESSORS if c not in first and c is not GENERIC]
+    return [*first, *rest, GENERIC]
+
+
+def compress_output(output: ToolOutput, budget: Budget) -> tuple[str, Compressed] | None:
+    """The first candidate's result that fits; (compressor name, result) or None."""
+    for compressor in candidates(output):
+        result = compressor.compress(output, budget)
+        if result is not None:
+            return compressor.name, result
+    return None

@@ -1,0 +1,108 @@
+"""Per-session memo of compression decisions, durable so a restart does not change bytes."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Mapping
+
+from cachetools import LRUCache
+
+from compressors.pipeline import Decision, SessionMemo
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memo_session (
+    session TEXT PRIMARY KEY,
+    level INTEGER NOT NULL,
+    thresholds_crossed INTEGER NOT NULL,
+    turn TEXT,
+    events INTEGER NOT NULL,
+    updated REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memo_session_updated ON memo_session (updated);
+CREATE TABLE IF NOT EXISTS memo_decision (
+    session TEXT NOT NULL,
+    fp TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    text TEXT,
+    final INTEGER NOT NULL,
+    PRIMARY KEY (session, fp)
+) WITHOUT ROWID;
+"""
+
+
+class MemoStore:
+    """Memos by session: an LRU of live ones over SQLite; at most ``max_sessions`` kept."""
+
+    def __init__(
+        self, db: sqlite3.Connection, max_sessions: int = 2000, live_sessions: int = 256
+    ) -> None:
+        self.db = db
+        self.max_sessions = max_sessions
+        self._live: LRUCache[str, SessionMemo] = LRUCache(maxsize=live_sessions)
+        self._saves = 0
+        db.executescript(SCHEMA)
+
+    def load(self, session_id: str) -> SessionMemo:
+        memo = self._live.get(session_id)
+        if memo is not None:
+            return memo
+        memo = SessionMemo()
+        row = self.db.execute(
+            "SELECT level, thresholds_crossed, turn, events FROM memo_session WHERE session = ?",
+            (session_id,),
+        ).fetchone()
+        if row is not None:
+            memo.level, memo.thresholds_crossed, memo.turn, memo.events = row
+            for fp, level, text, final in self.db.execute(
+                "SELECT fp, level, text, final FROM memo_decision WHERE session = ?",
+                (session_id,),
+            ):
+                memo.decisions[fp] = Decision(level=level, text=text, final=bool(final))
+        self._live[session_id] = memo
+        return memo
+
+    def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
+        self.db.execute("BEGIN")
+        try:
+            self.db.execute(
+                "INSERT INTO memo_session VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO "
+                "UPDATE SET level = excluded.level, thresholds_crossed = "
+                "excluded.thresholds_crossed, turn = excluded.turn, events = excluded.events, "
+                "updated = excluded.updated",
+                (
+                    session_id,
+                    memo.level,
+                    memo.thresholds_crossed,
+                    memo.turn,
+                    memo.events,
+                    time.time(),
+                ),
+            )
+            if changed:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO memo_decision VALUES (?, ?, ?, ?, ?)",
+                    [(session_id, fp, d.level, d.text, int(d.final)) for fp, d in changed.items()],
+                )
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self._saves += 1
+        if self._saves % 100 == 0:
+            self.prune()
+
+    def prune(self) -> int:
+        """Forget the least recently updated sessions beyond ``max_sessions``."""
+        stale = [
+            row[0]
+            for row in self.db.execute(
+                "SELECT session FROM memo_session ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                (self.max_sessions,),
+            )
+        ]
+        for session_id in stale:
+            self.db.execute("DELETE FROM memo_decision WHERE session = ?", (session_id,))
+            self.db.execute("DELETE FROM memo_session WHERE session = ?", (session_id,))
+            self._live.pop(session_id, None)
+        return len(stale)

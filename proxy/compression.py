@@ -1,0 +1,75 @@
+"""The compression stage of the request path: memo in, compress, originals and memo out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compressors.pipeline import CompressionResult, CompressionSettings, compress
+from compressors.registry import DEFAULT_PROTECTED_TOOLS
+from compressors.view import Conversation
+from memory.ccr import OriginalStore
+from memory.db import DB_NAME, open_database
+from memory.memo import MemoStore
+from proxy.config import Settings
+from proxy.pipeline import RequestContext, Transform
+from proxy.sessions import RequestKind
+
+REPORT = "compression"
+SKIPPED_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
+
+
+def compression_settings(settings: Settings) -> CompressionSettings:
+    return CompressionSettings(
+        tail_tokens=settings.tail_tokens,
+        min_output_tokens=settings.min_output_tokens,
+        pressure_thresholds=tuple(sorted(settings.pressure_thresholds)),
+        protected_tools=DEFAULT_PROTECTED_TOOLS
+        | frozenset(name.lower() for name in settings.protected_tools),
+        compress_live_turn=settings.compress_live_turn,
+    )
+
+
+@dataclass
+class CompressionStage:
+    """A transform: compresses agent requests, keeps originals in CCR, persists decisions."""
+
+    settings: CompressionSettings
+    memos: MemoStore
+    originals: OriginalStore
+    cache_ttl: float = 300.0
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
+        if context.kind in SKIPPED_KINDS:
+            return False
+        memo = self.memos.load(context.session_id)
+        cold = context.idle_seconds is not None and context.idle_seconds > self.cache_ttl
+        result: CompressionResult = compress(conversation, memo, self.settings, cache_cold=cold)
+        if result.originals:
+            self.originals.put_many(result.originals)
+        if result.decisions or result.event:
+            self.memos.save(context.session_id, memo, result.decisions)
+        context.reports[REPORT] = result
+        return result.changed
+
+
+@dataclass
+class Stores:
+    originals: OriginalStore
+    memos: MemoStore
+
+
+def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
+    db = open_database(None if in_memory else settings.data_dir / DB_NAME)
+    originals = OriginalStore(db, retention_days=settings.retention_days)
+    originals.purge_expired()
+    return Stores(originals, MemoStore(db))
+
+
+def build_transforms(settings: Settings, stores: Stores) -> list[Transform]:
+    if not settings.compress:
+        return []
+    stage = CompressionStage(
+        compression_settings(settings), stores.memos, stores.originals, settings.cache_ttl
+    )
+    return [stage]

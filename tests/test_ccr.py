@@ -1,0 +1,151 @@
+"""Keys, markers, the CCR store and every way to expand: HTTP, MCP, CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from compressors.markers import ccr_key, gap_line, marker, marker_keys, normalize_key
+from memory.ccr import OriginalStore
+from memory.db import DB_NAME, open_database
+
+ORIGINAL = "line one\nzwei — drei\n\U0001f600 emoji\nlone \udcff surrogate\nlast"
+
+
+def test_key_scheme_and_marker_grammar():
+    key = ccr_key(ORIGINAL)
+    assert len(key) == 24 and int(key, 16) >= 0
+    assert ccr_key(ORIGINAL) == key and ccr_key(ORIGINAL + " ") != key
+    text = marker("412 of 480 lines omitted", key)
+    assert (
+        text
+        == f'[deep-memory: 412 of 480 lines omitted — original intact: deep_expand("ccr:{key}")]'
+    )
+    assert marker_keys(f"before {text} after {text}") == [key, key]
+    assert normalize_key(f"ccr:{key}") == key and normalize_key(key.upper()) == key
+    assert normalize_key("ccr:xyz") is None
+    assert gap_line(1) == "[… 1 line omitted …]" and gap_line(3, "items") == "[… 3 items omitted …]"
+
+
+def test_store_round_trips_exact_bytes_and_survives_reopen(tmp_path):
+    path = tmp_path / DB_NAME
+    store = OriginalStore(open_database(path))
+    key = ccr_key(ORIGINAL)
+    assert store.put_many({key: ORIGINAL}) == 1
+    assert store.put_many({key: ORIGINAL}) == 0  # cached: no second write
+    assert store.get(f"ccr:{key}") == ORIGINAL.encode("utf-8", "surrogatepass")
+    reopened = OriginalStore(open_database(path))
+    assert reopened.get(key) == ORIGINAL.encode("utf-8", "surrogatepass")
+    assert reopened.get("0" * 24) is None
+
+
+def test_expired_originals_are_gone(tmp_path):
+    store = OriginalStore(open_database(tmp_path / DB_NAME), retention_days=1)
+    key = ccr_key(ORIGINAL)
+    store.put_many({key: ORIGINAL})
+    store.db.execute("UPDATE ccr_original SET last_used = last_used - 2 * 86400")
+    fresh = OriginalStore(store.db, retention_days=1)
+    assert fresh.get(key) is None
+    assert fresh.purge_expired() == 1 and len(fresh) == 0
+
+
+async def _seed(proxy) -> str:
+    key = ccr_key(ORIGINAL)
+    proxy.state.stores.originals.put_many({key: ORIGINAL})
+    return key
+
+
+async def test_http_expand(proxy, client):
+    key = await _seed(proxy)
+    async with client.get(f"{proxy.url}/expand/ccr:{key}") as response:
+        assert response.status == 200
+        assert await response.read() == ORIGINAL.encode("utf-8", "surrogatepass")
+    async with client.get(f"{proxy.url}/expand/{key}?start_line=2&end_line=3") as response:
+        assert (await response.read()).decode() == "zwei — drei\n\U0001f600 emoji"
+    async with client.get(f"{proxy.url}/expand/ccr:{'a' * 24}") as response:
+        assert response.status == 404
+        error = await response.json()
+    assert "unknown or expired" in error["error"]["message"]
+    async with client.get(f"{proxy.url}/expand/not-a-key") as response:
+        assert response.status == 404
+        assert "not a deep-memory key" in (await response.json())["error"]["message"]
+
+
+async def _rpc(client, url, method, params=None, id_=1):
+    message = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+    if id_ is not None:
+        message["id"] = id_
+    async with client.post(
+        url + "/mcp", json=message, headers={"Accept": "application/json, text/event-stream"}
+    ) as response:
+        if response.status == 202:
+            return None
+        assert response.status == 200
+        return await response.json()
+
+
+async def test_mcp_initialize_list_and_call(proxy, client):
+    key = await _seed(proxy)
+    init = await _rpc(
+        client,
+        proxy.url,
+        "initialize",
+        {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "opencode", "version": "1"},
+        },
+    )
+    assert init["result"]["protocolVersion"] == "2025-03-26"
+    assert init["result"]["capabilities"]["tools"] is not None
+    assert await _rpc(client, proxy.url, "notifications/initialized", id_=None) is None
+    tools = await _rpc(client, proxy.url, "tools/list", id_=2)
+    [tool] = tools["result"]["tools"]
+    assert tool["name"] == "deep_expand" and tool["inputSchema"]["required"] == ["key"]
+    call = await _rpc(
+        client,
+        proxy.url,
+        "tools/call",
+        {"name": "deep_expand", "arguments": {"key": f"ccr:{key}"}},
+        id_=3,
+    )
+    assert call["result"]["isError"] is False
+    assert call["result"]["content"][0]["text"] == ORIGINAL.encode("utf-8", "surrogatepass").decode(
+        "utf-8", "replace"
+    )
+    missing = await _rpc(
+        client,
+        proxy.url,
+        "tools/call",
+        {"name": "deep_expand", "arguments": {"key": "ccr:" + "b" * 24}},
+        id_=4,
+    )
+    assert missing["result"]["isError"] is True
+    assert "unknown or expired" in missing["result"]["content"][0]["text"]
+    bad = await _rpc(client, proxy.url, "nope", id_=5)
+    assert bad["error"]["code"] == -32601
+    async with client.get(proxy.url + "/mcp") as response:
+        assert response.status == 405
+
+
+@pytest.mark.slow
+def test_cli_expand_reads_the_data_dir(tmp_path):
+    data = tmp_path / "data"
+    store = OriginalStore(open_database(data / DB_NAME))
+    key = ccr_key(ORIGINAL)
+    store.put_many({key: ORIGINAL})
+    run = subprocess.run(
+        [sys.executable, "-m", "proxy", "expand", f"ccr:{key}", "--data-dir", str(data)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == ORIGINAL.encode("utf-8", "surrogatepass")
+    missing = subprocess.run(
+        [sys.executable, "-m", "proxy", "expand", "f" * 24, "--data-dir", str(data)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and b"unknown or expired" in missing.stderr
