@@ -6,21 +6,27 @@ Markers read as plain English to a model that has never heard of deepmem:
 
     [deep-memory: 412 of 480 lines omitted — original intact: deep_expand("ccr:3f9a…")]
 
-and inside a compressed body, a run of left-out lines is one gap line:
+and inside a compressed body, a run of left-out lines is one gap line, optionally naming
+what the left-out lines mention:
 
     [… 23 lines omitted …]
+    [… 23 lines omitted; they mention: get_named_query, self.work_groups …]
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 
 KEY_LENGTH = 24
 KEY_PREFIX = "ccr:"
 MARKER_RE = re.compile(
     r"\[deep-memory: (?P<what>[^\]\n]*?) — original intact: "
     r'deep_expand\("ccr:(?P<key>[0-9a-f]{24})"\)\]'
+)
+GAP_RE = re.compile(
+    r"^\[… (?P<count>\d+) (?P<unit>.+?) omitted(?:; they mention: (?P<names>.*))? …\]$"
 )
 KEY_RE = re.compile(r"^(?:ccr:)?([0-9a-f]{24})$")
 
@@ -44,10 +50,13 @@ def marker(what: str, key: str) -> str:
     return f'[deep-memory: {what} — original intact: deep_expand("{KEY_PREFIX}{key}")]'
 
 
-def gap_line(count: int, unit: str = "lines") -> str:
+def gap_line(count: int, unit: str = "lines", names: Sequence[str] = ()) -> str:
+    """``unit`` is plural; the singular drops its final s (pass a singular unit yourself for
+    irregular or compound ones)."""
     if count == 1 and unit.endswith("s"):
         unit = unit[:-1]
-    return f"[… {count} {unit} omitted …]"
+    mention = f"; they mention: {', '.join(names)}" if names else ""
+    return f"[… {count} {unit} omitted{mention} …]"
 
 
 def marker_keys(text: str) -> list[str]:

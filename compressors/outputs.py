@@ -22,6 +22,7 @@ class ToolOutput:
     text: str
     tool: str = ""  # the tool name exactly as the agent called it
     arguments: str = ""  # the call's arguments as JSON text, '' when unknown
+    focus: frozenset[str] = frozenset()  # words of the session's task (``focus.task_terms``)
 
     @property
     def tool_key(self) -> str:
@@ -62,6 +63,7 @@ class Budget:
 
     max_chars: int
     level: int = 1
+    file_view_chars: int = 0  # the budget for a file view, 0: same as max_chars
 
 
 @dataclass(frozen=True, slots=True)

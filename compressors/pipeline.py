@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from compressors.focus import task_terms
 from compressors.markers import ccr_key, marker, utf8
 from compressors.outputs import Budget, ToolOutput
 from compressors.registry import DEFAULT_PROTECTED_TOOLS, compress_output, is_protected
@@ -43,18 +44,26 @@ class CompressionSettings:
     min_output_tokens: int = 250
     min_saving_tokens: int = 100
     min_saving_ratio: float = 0.25
-    level_ratios: tuple[float, ...] = (0.25, 0.12, 0.06)
-    level_floor_chars: tuple[int, ...] = (1200, 700, 400)
+    # Chosen by replaying the public corpus (see README, "What compression costs and saves").
+    level_ratios: tuple[float, ...] = (0.15, 0.1, 0.06)
+    file_view_share: float = 2.0  # file views get this multiple of the ratio
+    level_floor_chars: tuple[int, ...] = (500, 400, 300)
     pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
     protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS
     compress_live_turn: bool = True
+    arrival_tokens: int = 2_000
+    arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
     drop_system_reminders: bool = True
 
     def budget(self, text: str, level: int) -> Budget:
         index = min(level, len(self.level_ratios)) - 1
         ratio, floor = self.level_ratios[index], self.level_floor_chars[index]
-        return Budget(max_chars=max(floor, int(len(text) * ratio)), level=level)
+        return Budget(
+            max_chars=max(floor, int(len(text) * ratio)),
+            level=level,
+            file_view_chars=max(floor, int(len(text) * min(ratio * self.file_view_share, 0.6))),
+        )
 
 
 @dataclass(slots=True)
@@ -75,6 +84,7 @@ class SessionMemo:
     thresholds_crossed: int = 0
     turn: str | None = None  # fingerprint of the last real user message seen
     events: int = 0
+    focus: tuple[int, frozenset[str]] | None = None  # (hash of the task, its terms); derived
 
 
 @dataclass(slots=True)
@@ -140,7 +150,7 @@ def compress(
     new_turn = memo.turn is not None and turn != memo.turn
     memo.turn = turn
 
-    candidates = _candidates(conversation, head_end)
+    candidates = _candidates(conversation, head_end, _focus(conversation, head_end, memo))
     in_tail = _tail_flags(items, candidates, live_start, settings)
     pending: list[_Candidate] = []
     fresh: list[_Candidate] = []
@@ -156,7 +166,10 @@ def compress(
             continue
         if tail:
             if decision is None:
-                _decide(memo, result, candidate.fp, Decision(level=0))
+                strict = not settings.compress_live_turn and candidate.item.message > live_start
+                new = Decision(level=0) if strict else _on_arrival(candidate, settings, result)
+                decision = _decide(memo, result, candidate.fp, new)
+            _apply(candidate, decision, result)
             continue
         compressible.append(candidate)
         if decision is None:
@@ -194,7 +207,22 @@ def compress(
     return result
 
 
-def _candidates(conversation: Conversation, head_end: int) -> list[_Candidate]:
+def _focus(conversation: Conversation, head_end: int, memo: SessionMemo) -> frozenset[str]:
+    """The task's terms, from the first user message; derived once per session."""
+    task = "\n".join(
+        i.text
+        for i in conversation.items
+        if i.message == head_end and i.role is Role.USER and i.kind is Kind.TEXT
+    )
+    digest = xxhash.xxh3_64_intdigest(utf8(task))
+    if memo.focus is None or memo.focus[0] != digest:
+        memo.focus = (digest, task_terms(task))
+    return memo.focus[1]
+
+
+def _candidates(
+    conversation: Conversation, head_end: int, focus: frozenset[str]
+) -> list[_Candidate]:
     call_arguments = {
         item.call_id: item.text for item in conversation.items if item.kind is Kind.TOOL_CALL
     }
@@ -205,7 +233,7 @@ def _candidates(conversation: Conversation, head_end: int) -> list[_Candidate]:
         text = item.value
         if not isinstance(text, str):
             continue
-        output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""))
+        output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""), focus)
         found.append(_Candidate(item, output, fingerprint(output), estimate_tokens(text)))
     return found
 
@@ -280,12 +308,25 @@ def _decide(memo: SessionMemo, result: CompressionResult, fp: str, decision: Dec
     return decision
 
 
+def _on_arrival(
+    candidate: _Candidate, settings: CompressionSettings, result: CompressionResult
+) -> Decision:
+    """A new output is sent in full, unless it is large and of a kind whose compressed form
+    keeps what the next step needs (listings, logs, JSON): then it is compressed at once,
+    which costs no cache rewrite at all."""
+    if candidate.tokens < settings.arrival_tokens or not settings.arrival_kinds:
+        return Decision(level=0)
+    decision = _compress_one(candidate, False, 1, settings, result, settings.arrival_kinds)
+    return decision if decision.text is not None else Decision(level=0)
+
+
 def _compress_one(
     candidate: _Candidate,
     duplicate: bool,
     level: int,
     settings: CompressionSettings,
     result: CompressionResult,
+    kinds: frozenset[str] | None = None,
 ) -> Decision:
     text = candidate.output.text
     key = ccr_key(text)
@@ -299,6 +340,8 @@ def _compress_one(
     if outcome is None:
         return Decision(level=level, final=last_level)
     name, compressed = outcome
+    if kinds is not None and name not in kinds:
+        return Decision(level=level)
     replacement = marker(compressed.omitted, key) + "\n" + compressed.text
     saved = candidate.tokens - estimate_tokens(replacement)
     if saved < settings.min_saving_tokens or saved < settings.min_saving_ratio * candidate.tokens:

@@ -148,7 +148,6 @@ COMPRESSORS: tuple[ToolCompressor, ...] = (
 )
 
 EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "editor"})
-EDITOR_READ_COMMANDS = frozenset({"view", "read"})
 
 # Results of these tools are never compressed: they confirm an edit, carry a plan or a
 # question, or are deepmem's own answers.
@@ -163,11 +162,6 @@ DEFAULT_PROTECTED_TOOLS: frozenset[str] = frozenset(
         "todoread",
         "question",
         "skill",
-        "create",
-        "insert",
-        "str_replace",
-        "undo_edit",
-        "submit",
         "deep_expand",
         "memory_search",
         "memory_store",
@@ -179,12 +173,7 @@ _OWN_TOOL = re.compile(r"(?:^|[_.-])(deep_expand|memory_search|memory_store|memo
 
 def is_protected(output: ToolOutput, protected: frozenset[str]) -> bool:
     key = output.tool_key
-    if key in protected or _OWN_TOOL.search(key):
-        return True
-    if key in EDITOR_TOOLS:
-        command = CallArguments(output.arguments).text("command").lower()
-        return bool(command) and command not in EDITOR_READ_COMMANDS
-    return False
+    return key in protected or bool(_OWN_TOOL.search(key))
 
 
 _SKIP_WORDS = frozenset({"sudo", "time", "env", "nohup", "timeout", "command", "exec", "xargs"})

@@ -1,0 +1,1 @@
+"""Per-tool compressors: one module each, one pure ``compress(output, budget)`` function."""

@@ -1,0 +1,314 @@
+"""The cache-safe policy of the compression pipeline, request by request."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import orjson
+
+from compressors.markers import marker_keys
+from compressors.pipeline import CompressionSettings, SessionMemo, compress
+from compressors.view import Dialect, parse_conversation
+from memory.ccr import OriginalStore
+from memory.db import open_database
+from memory.memo import MemoStore
+from tests.conftest import CAPTURES
+
+SETTINGS = CompressionSettings(arrival_kinds=frozenset())  # arrival has its own test
+
+
+def big_log(tag: str, lines: int = 400) -> str:
+    body = [
+        f"{tag} step {i}: processed item_{i} in module pkg.sub_{i % 7}.worker ok"
+        for i in range(lines)
+    ]
+    body[lines // 2] = f"ERROR {tag}: ValueError: bad value in handler_{tag} at pkg/core.py:88"
+    return "\n".join(body)
+
+
+def call(call_id: str, command: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+            }
+        ],
+    }
+
+
+def result(call_id: str, text: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def session(steps: int) -> list[dict]:
+    messages = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the failing build."},
+    ]
+    for index in range(steps):
+        messages += [
+            call(f"c{index}", f"make step{index}"),
+            result(f"c{index}", big_log(f"s{index}")),
+        ]
+    return messages
+
+
+def run(
+    messages: list[dict],
+    memo: SessionMemo,
+    settings: CompressionSettings = SETTINGS,
+    dialect: Dialect = Dialect.OPENAI_CHAT,
+    **body: object,
+):
+    conversation = parse_conversation(dialect, {"messages": copy.deepcopy(messages), **body})
+    outcome = compress(conversation, memo, settings)
+    return conversation.body, outcome
+
+
+def test_latest_step_and_head_untouched_older_outputs_compressed_and_recoverable():
+    messages = session(3)
+    body, outcome = run(messages, SessionMemo())
+    sent = body["messages"]
+    assert sent[:2] == messages[:2]
+    assert sent[-1] == messages[-1]  # the latest step: in full
+    for index in (3, 5):
+        text = sent[index]["content"]
+        assert text.startswith("[deep-memory: ") and len(text) < len(messages[index]["content"]) / 2
+        [key] = marker_keys(text)
+        assert outcome.originals[key] == messages[index]["content"]
+        assert "ValueError: bad value" in text  # the error line survives
+    assert outcome.tokens_after < outcome.tokens_before
+
+
+def test_each_message_keeps_its_bytes_in_later_requests():
+    memo = SessionMemo()
+    messages = session(6)
+    previous: list[dict] | None = None
+    for length in range(4, len(messages) + 1, 2):
+        body, _ = run(messages[:length], memo)
+        sent = body["messages"]
+        if previous is not None:
+            # only the step that just left the protected tail may change (a counted event)
+            assert sent[: len(previous) - 1] == previous[:-1]
+        previous = sent
+
+
+def test_tail_budget_batches_rewrites():
+    settings = CompressionSettings(tail_tokens=20_000, arrival_kinds=frozenset())
+    memo = SessionMemo()
+    messages = session(8)
+    events = []
+    for length in range(4, len(messages) + 1, 2):
+        _, outcome = run(messages[:length], memo, settings)
+        events.append(outcome.event)
+    assert events.count("batch") >= 1
+    assert events.count(None) > events.count("batch")  # most requests rewrite nothing
+
+
+def test_duplicate_output_becomes_a_pointer_to_the_first_copy():
+    text = big_log("same")
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        call("a", "pytest"),
+        result("a", text),
+        call("b", "pytest"),
+        result("b", text),
+        call("c", "ls"),
+        result("c", "x"),
+    ]
+    body, _ = run(messages, SessionMemo())
+    first, second = body["messages"][3]["content"], body["messages"][5]["content"]
+    assert "identical to an earlier bash output" in second
+    assert marker_keys(first) == marker_keys(second)
+    assert len(second) < 200
+
+
+def test_protected_tools_and_small_outputs_are_never_compressed():
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "e", "type": "function", "function": {"name": "edit", "arguments": "{}"}}
+            ],
+        },
+        result("e", big_log("edit")),
+        call("s", "git status"),
+        result("s", "clean"),
+        call("z", "ls"),
+        result("z", "x"),
+    ]
+    body, outcome = run(messages, SessionMemo())
+    assert body["messages"] == messages
+    assert not outcome.changed
+
+
+def test_memo_survives_a_restart(tmp_path):
+    db_path = tmp_path / "state.sqlite3"
+    messages = session(4)
+    memos = MemoStore(open_database(db_path))
+    memo = memos.load("s1")
+    body, outcome = run(messages, memo)
+    memos.save("s1", memo, outcome.decisions)
+    restarted = MemoStore(open_database(db_path)).load("s1")
+    assert restarted.decisions == memo.decisions
+    again, _ = run(messages, restarted)
+    assert again == body
+
+
+def test_pressure_recompresses_deeper_once():
+    settings = CompressionSettings(pressure_thresholds=(8_000,), arrival_kinds=frozenset())
+    memo = SessionMemo()
+    messages = session(12)
+    sizes, events = [], []
+    for length in range(4, len(messages) + 1, 2):
+        body, outcome = run(messages[:length], memo, settings)
+        events.append(outcome.event)
+        sizes.append(len(orjson.dumps(body)))
+    assert events.count("pressure") == 1
+    assert memo.level == 2
+
+
+def test_strict_live_turn_changes_nothing_after_the_last_user_message():
+    settings = CompressionSettings(compress_live_turn=False)
+    messages = session(4)
+    body, outcome = run(messages, SessionMemo(), settings)
+    assert body["messages"] == messages and not outcome.changed
+    with_new_turn = [
+        *messages,
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next task"},
+    ]
+    body, outcome = run(with_new_turn, SessionMemo(), settings)
+    assert body["messages"][-2:] == with_new_turn[-2:]
+    assert outcome.changed
+
+
+def _capture(name: str) -> tuple[str, dict]:
+    capture = json.loads(next(CAPTURES.glob(f"*{name}*.json")).read_text())
+    return capture["path"], capture["body"]
+
+
+def test_anthropic_old_turn_thinking_dropped_live_turn_byte_identical():
+    _, body = _capture("anthropic-messages-agent-with-thinking")
+    live_start = max(
+        i
+        for i, m in enumerate(body["messages"])
+        if m["role"] == "user" and all(b.get("type") == "text" for b in m["content"])
+    )
+    extended = copy.deepcopy(body)
+    extended["messages"] += [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "live reasoning", "signature": "sig-live"},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_live",
+                    "name": "bash",
+                    "input": {"command": "ls"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_live", "content": "a\nb"}],
+        },
+    ]
+    conversation = parse_conversation(Dialect.ANTHROPIC, copy.deepcopy(extended))
+    outcome = compress(conversation, SessionMemo(), SETTINGS)
+    sent = conversation.body["messages"]
+    assert orjson.dumps(sent[live_start:]) == orjson.dumps(extended["messages"][live_start:])
+    for message in sent[:live_start]:
+        if message["role"] == "assistant":
+            assert all(b["type"] != "thinking" for b in message["content"])
+            assert any(b["type"] in ("tool_use", "text") for b in message["content"])
+    assert outcome.counters["reasoning_dropped"] == 3
+
+
+def test_responses_old_reasoning_items_dropped_live_turn_byte_identical():
+    _, body = _capture("openai-responses-agent-with-reasoning")
+    extended = copy.deepcopy(body)
+    extended["input"] += [
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "done"}],
+        },
+        {"role": "user", "content": [{"type": "input_text", "text": "and now?"}]},
+        {"type": "reasoning", "encrypted_content": "LIVE-ENCRYPTED", "summary": []},
+        {"type": "function_call", "call_id": "call_live", "name": "bash", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_live", "output": "ok"},
+    ]
+    live = extended["input"][-4:]
+    conversation = parse_conversation(Dialect.OPENAI_RESPONSES, copy.deepcopy(extended))
+    compress(conversation, SessionMemo(), SETTINGS)
+    sent = conversation.body["input"]
+    assert orjson.dumps(sent[-4:]) == orjson.dumps(live)
+    assert [e for e in sent[:-4] if e.get("type") == "reasoning"] == []
+    assert sum(1 for e in sent if e.get("type") == "reasoning") == 1
+
+
+def test_chat_reasoning_content_of_old_turns_dropped():
+    _, body = _capture("openai-compatible-agent-with-tool-results")
+    extended = copy.deepcopy(body)
+    extended["messages"] += [
+        {"role": "assistant", "content": "done", "reasoning_content": "why"},
+        {"role": "user", "content": "thanks, next"},
+    ]
+    conversation = parse_conversation(Dialect.OPENAI_CHAT, copy.deepcopy(extended))
+    compress(conversation, SessionMemo(), SETTINGS)
+    sent = conversation.body["messages"]
+    assert all("reasoning_content" not in m for m in sent[:-1])
+    assert sent[-1] == extended["messages"][-1]
+
+
+def test_originals_reach_the_store_and_expand(tmp_path):
+    store = OriginalStore(open_database(tmp_path / "s.sqlite3"))
+    body, outcome = run(session(3), SessionMemo())
+    store.put_many(outcome.originals)
+    for message in body["messages"]:
+        for key in marker_keys(message.get("content") or ""):
+            assert store.get(key) is not None
+
+
+def test_huge_logs_and_listings_are_compressed_on_arrival_file_reads_are_not():
+    listing = "\n".join(f"/repo/pkg{i % 40}/module_{i}.py" for i in range(3000))
+    source = "\n".join(f"{n}: value_{n} = compute_{n}(value_{n - 1})" for n in range(1, 1500))
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        call("a", "make build"),
+        result("a", big_log("huge", 2000)),
+        call("b", "find /repo -name '*.py'"),
+        result("b", listing),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "r",
+                    "type": "function",
+                    "function": {"name": "read", "arguments": '{"filePath": "/repo/a.py"}'},
+                }
+            ],
+        },
+        result("r", source),
+    ]
+    settings = CompressionSettings()
+    body, _ = run(messages[:4], SessionMemo(), settings)
+    assert body["messages"][3]["content"].startswith("[deep-memory: ")  # the log, at once
+    memo = SessionMemo()
+    for length in (6, 8):
+        body, _ = run(messages[:length], memo, settings)
+    sent = body["messages"]
+    assert sent[5]["content"].startswith("[deep-memory: ")
+    assert sent[7] == messages[7]  # a file read is shown in full on the step that asked for it
