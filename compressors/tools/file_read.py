@@ -34,8 +34,9 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from compressors.focus import focus_hits
+from compressors.focus import name_parts
 from compressors.lines import GAP_COST
 from compressors.markers import gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
@@ -147,27 +148,37 @@ def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
         return None
     max_chars = budget.file_view_chars or budget.max_chars
     index_chars = int(max_chars * INDEX_SHARE)
-    selection = _choose(view, max_chars - index_chars, output.focus)
+    contents = [
+        line[start : start + PROBE_CHARS]
+        for line, start in zip(view.lines, view.content_start, strict=True)
+    ]
+    tokens = [
+        _tokens(content) if flag else set()
+        for content, flag in zip(contents, view.is_file_line, strict=True)
+    ]
+    selection = _choose(view, contents, tokens, max_chars - index_chars, output.focus)
     kept = sorted(selection.kept)
     shown_lines = list(view.lines)
     for index, cut in selection.cut.items():
         shown_lines[index] = cut
-    body = _render_with_names(view, shown_lines, kept, index_chars)
+    body = _render_with_names(view, shown_lines, kept, index_chars, tokens)
     if len(body) > len(text) * (1 - MIN_SAVING):
         return None
     return Compressed(body, _omitted(view, kept, selection.cut))
 
 
-def _render_with_names(view: FileView, shown: Sequence[str], kept: Sequence[int], room: int) -> str:
+def _render_with_names(
+    view: FileView,
+    shown: Sequence[str],
+    kept: Sequence[int],
+    room: int,
+    tokens: Sequence[set[str]],
+) -> str:
     """The kept lines, each gap naming the identifiers its lines mention that are not visible
     elsewhere (compound names first), as far as ``room`` characters allow."""
-    contents = [
-        line[start : start + PROBE_CHARS]
-        for line, start in zip(view.lines, view.content_start, strict=True)
-    ]
     visible: set[str] = set()
     for index in kept:
-        visible |= _tokens(contents[index])
+        visible |= tokens[index]
     gaps: list[tuple[int, int]] = []  # (first, last) omitted line indices
     previous = -1
     for index in [*kept, len(view.lines)]:
@@ -178,7 +189,7 @@ def _render_with_names(view: FileView, shown: Sequence[str], kept: Sequence[int]
     order = 0
     for gap, (first, last) in enumerate(gaps):
         for index in range(first, last + 1):
-            for name in sorted(_tokens(contents[index])):
+            for name in sorted(tokens[index]):
                 weight = _token_weight(name)
                 if weight >= MIN_INDEX_WEIGHT and name not in visible:
                     candidates.append((-weight, gap, order, name))
@@ -311,7 +322,13 @@ def _cut(line: str, cap: int) -> str:
     return f"{line[:cap]} {gap_line(len(line) - cap, 'characters')}"
 
 
-def _choose(view: FileView, max_chars: int, focus: frozenset[str]) -> _Selection:
+def _choose(
+    view: FileView,
+    contents: Sequence[str],
+    tokens: Sequence[set[str]],
+    max_chars: int,
+    focus: frozenset[str],
+) -> _Selection:
     """The lines to keep: wrapper, head and tail, lines about the task, structure, then
     identifier coverage."""
     selection = _Selection(view, max_chars)
@@ -319,10 +336,6 @@ def _choose(view: FileView, max_chars: int, focus: frozenset[str]) -> _Selection
     for index, flag in enumerate(view.is_file_line):
         if not flag:
             selection.take(index, float("inf"))
-    contents = [
-        line[start : start + PROBE_CHARS]
-        for line, start in zip(view.lines, view.content_start, strict=True)
-    ]
 
     head_limit = selection.spent + max(max_chars - selection.spent, 0) * HEAD_SHARE
     for count, index in enumerate(file_lines):
@@ -334,10 +347,13 @@ def _choose(view: FileView, max_chars: int, focus: frozenset[str]) -> _Selection
         selection.take(index, max_chars)
 
     if focus:
-        hits = focus_hits([contents[i] for i in file_lines], focus)
-        relevant = [
-            i for _, i in sorted((-n, i) for i, n in zip(file_lines, hits, strict=True) if n)
-        ]
+        about_task = {
+            name
+            for name in set().union(*(tokens[i] for i in file_lines))
+            if not focus.isdisjoint(name_parts(name))
+        }
+        hits = {i: len(tokens[i] & about_task) for i in file_lines}
+        relevant = [i for _, i in sorted((-n, i) for i, n in hits.items() if n)]
         limit = selection.spent + max(max_chars - selection.spent, 0) * FOCUS_SHARE
         for index in relevant:
             selection.take(index, limit)
@@ -350,7 +366,7 @@ def _choose(view: FileView, max_chars: int, focus: frozenset[str]) -> _Selection
     limit = selection.spent + max(max_chars - selection.spent, 0) * STRUCTURE_SHARE
     for index in ranked:
         selection.take(index, limit)
-    _cover_identifiers(selection, file_lines, contents, max_chars)
+    _cover_identifiers(selection, file_lines, tokens, max_chars)
     return selection
 
 
@@ -392,13 +408,12 @@ def _structure_weight(stripped: str, top: bool) -> float:
 
 
 def _cover_identifiers(
-    selection: _Selection, file_lines: Sequence[int], contents: Sequence[str], max_chars: int
+    selection: _Selection, file_lines: Sequence[int], found: Sequence[set[str]], max_chars: int
 ) -> None:
     """Greedily add the lines that show the most not-yet-visible identifiers per character."""
     kept = selection.kept
-    found = {index: _tokens(contents[index]) for index in file_lines}
     seen: set[str] = set().union(*(found[index] for index in file_lines if index in kept))
-    weight = {token: _token_weight(token) for token in set().union(*found.values())}
+    weight = {token: _token_weight(token) for token in set().union(*found)}
     useful = {token for token, value in weight.items() if value > 0}
     tokens = {
         index: names
@@ -438,6 +453,7 @@ def _tokens(content: str) -> set[str]:
     return found
 
 
+@lru_cache(maxsize=65536)  # a pure function of the name; identifiers repeat across outputs
 def _token_weight(token: str) -> float:
     if len(token) < 3 or token.lower() in _COMMON_WORDS:
         return 0.0

@@ -38,7 +38,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from compressors.focus import word_parts
+from compressors.focus import name_parts
 from compressors.markers import gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
 
@@ -369,7 +369,7 @@ def _score_groups(groups: Sequence[Group], root: str, focus: frozenset[str]) -> 
         own = sum(math.log((len(groups) + 1) / frequency[word]) for word in words)
         penalty = _dir_penalty(group.path)
         group.junk = penalty >= HEAVY_PENALTY
-        about_task = len(focus.intersection(word_parts(group.path[len(root) :]))) if focus else 0
+        about_task = len(focus.intersection(name_parts(group.path[len(root) :]))) if focus else 0
         group.score = (
             FOCUS_BONUS * about_task
             - 1.0 * depth

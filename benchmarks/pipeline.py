@@ -1,0 +1,113 @@
+"""Time the compression pipeline alone on a ~100K-token agent request built from the corpus.
+
+cold: a session the memo has never seen (every older output is compressed now);
+warm: the same request again (every decision is a memo hit);
+next: the request one step later (one new output leaves the tail: the usual case).
+Each is timed through ``compress`` and through the proxy's whole rewrite hook (parse, compress,
+store originals, serialise).
+
+    python -m benchmarks.pipeline [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from compressors.pipeline import CompressionSettings, SessionMemo, compress  # noqa: E402
+from compressors.tokens import TokenCounter  # noqa: E402
+from compressors.view import Dialect, parse_conversation  # noqa: E402
+from proxy.compression import build_transforms, open_stores  # noqa: E402
+from proxy.config import load_settings  # noqa: E402
+from proxy.pipeline import rewrite_request  # noqa: E402
+
+CORPUS = Path(os.environ.get("DEEPMEM_CORPUS", ROOT.parent / "shared" / "corpus" / "data"))
+TARGET_TOKENS = 100_000
+
+
+def build_request(target_tokens: int) -> tuple[dict[str, Any], int]:
+    """One long agent session: the first transcript's head, then every transcript's steps."""
+    counter = TokenCounter()
+    files = sorted(CORPUS.glob("*.json"))
+    if not files:
+        raise SystemExit(f"no corpus transcripts in {CORPUS} (set DEEPMEM_CORPUS)")
+    head = orjson.loads(files[0].read_bytes())["messages"][:2]
+    messages: list[dict[str, Any]] = list(head)
+    tokens = counter.count(orjson.dumps(messages).decode())
+    for number, path in enumerate(files * 4):
+        for message in orjson.loads(path.read_bytes())["messages"][2:]:
+            message = copy.deepcopy(message)
+            for call in message.get("tool_calls") or ():
+                call["id"] = f"{number}-{call['id']}"
+            if message.get("tool_call_id"):
+                message["tool_call_id"] = f"{number}-{message['tool_call_id']}"
+            messages.append(message)
+            tokens += counter.count(orjson.dumps(message).decode())
+        if tokens >= target_tokens and messages[-1]["role"] == "tool":
+            break
+    return {"model": "bench", "stream": True, "messages": messages}, tokens
+
+
+def _ms(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return f"p50 {statistics.median(ordered):7.2f} ms   p95 {p95:7.2f} ms"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    body, tokens = build_request(TARGET_TOKENS)
+    raw = orjson.dumps(body)
+    step_back = orjson.dumps({**body, "messages": body["messages"][:-2]})
+    settings = CompressionSettings()
+    print(f"request: {len(raw):,} bytes, {len(body['messages'])} messages, {tokens:,} tokens")
+
+    cold, warm, full_cold, full_warm, full_next = [], [], [], [], []
+    for _ in range(args.repeat):
+        memo = SessionMemo()
+        conversation = parse_conversation(Dialect.OPENAI_CHAT, orjson.loads(raw))
+        started = time.perf_counter()
+        compress(conversation, memo, settings)
+        cold.append((time.perf_counter() - started) * 1000)
+        conversation = parse_conversation(Dialect.OPENAI_CHAT, orjson.loads(raw))
+        started = time.perf_counter()
+        compress(conversation, memo, settings)
+        warm.append((time.perf_counter() - started) * 1000)
+
+        proxy_settings = load_settings({}, environ={})
+        stores = open_stores(proxy_settings, in_memory=True)
+        transforms = build_transforms(proxy_settings, stores)
+        headers = {"x-session-id": "bench"}
+        started = time.perf_counter()
+        rewrite_request(step_back, Dialect.OPENAI_CHAT, headers, transforms)
+        full_cold.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        rewrite_request(raw, Dialect.OPENAI_CHAT, headers, transforms)
+        full_next.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        rewrite_request(raw, Dialect.OPENAI_CHAT, headers, transforms)
+        full_warm.append((time.perf_counter() - started) * 1000)
+
+    print(f"compress(), cold (new session)     {_ms(cold)}   goal p50 <= 20 ms")
+    print(f"compress(), warm (memo hits)       {_ms(warm)}   goal p50 <=  3 ms")
+    print(f"rewrite hook, cold                 {_ms(full_cold)}")
+    print(f"rewrite hook, next step            {_ms(full_next)}")
+    print(f"rewrite hook, warm (same request)  {_ms(full_warm)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
