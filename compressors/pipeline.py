@@ -46,7 +46,7 @@ class CompressionSettings:
     min_saving_ratio: float = 0.25
     # Chosen by replaying the public corpus (see README, "What compression costs and saves").
     level_ratios: tuple[float, ...] = (0.15, 0.1, 0.06)
-    file_view_share: float = 2.0  # file views get this multiple of the ratio
+    file_view_share: float = 1.6  # file views get this multiple of the ratio
     level_floor_chars: tuple[int, ...] = (500, 400, 300)
     pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
     protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS

@@ -224,7 +224,7 @@ def candidates(output: ToolOutput) -> list[ToolCompressor]:
         by_program = _by_program(shell_program(command)) if command else None
         if by_program is not None:
             first.append(by_program)
-        first.append(SHELL)
+        first += [JSON, SHELL]  # `curl`/`gh api` print JSON: its own shape wins over "a log"
     else:
         for compressor in COMPRESSORS:
             if key in compressor.tools:

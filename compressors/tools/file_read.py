@@ -50,7 +50,7 @@ WINDOW_HEAD_LINES = 2  # the first lines kept of a view that starts further down
 TAIL_LINES = 3
 FOCUS_SHARE = 0.35  # at most this share of the body budget goes to lines about the task
 STRUCTURE_SHARE = 0.4  # at most this share of the body budget goes to structural lines
-INDEX_SHARE = 0.25  # of the budget, for naming what each gap's lines mention
+INDEX_SHARE = 0.45  # of the budget, for naming what each gap's lines mention
 MIN_INDEX_WEIGHT = 2.0  # compound names (snake_case, camelCase, dotted) and longer ones
 LINE_SHARE = 6  # a kept line is cut to at most max_chars // LINE_SHARE characters …
 MIN_LINE_CAP = 240  # … but never below this
@@ -58,6 +58,8 @@ PROBE_CHARS = 4096  # only this much of a line is looked at when classifying or 
 
 # A line-number prefix: leading spaces, the number, then the separator that names the style.
 _NUMBER_PREFIX = re.compile(r" *(\d{1,9})(\t|→|: ?|\| ?)")
+# SWE-agent's abbreviated views: right-aligned numbers and one space ("   159 ... eliding").
+_PADDED_NUMBER = re.compile(r" +(\d{1,9})( )")
 _DIRECTORY_VIEW = re.compile(
     r"^(?:OBSERVATION:\s*)?Here's the files and directories up to|<type>directory</type>", re.M
 )
@@ -235,7 +237,9 @@ def _omitted(view: FileView, kept: Sequence[int], cut: dict[int, str]) -> str:
 def _parse(text: str) -> FileView | None:
     """A numbered file view, or None when ``text`` is not one."""
     lines = text.split("\n")
-    matches = [_NUMBER_PREFIX.match(line, 0, 24) for line in lines]
+    matches = [
+        _NUMBER_PREFIX.match(line, 0, 24) or _PADDED_NUMBER.match(line, 0, 24) for line in lines
+    ]
     styles: dict[str, int] = {}
     for match in matches:
         if match:

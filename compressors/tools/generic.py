@@ -30,8 +30,9 @@ HEAD_SHARE = 0.15  # of the budget, for the first lines
 TAIL_SHARE = 0.25  # of the budget, for the last lines: summaries and exit codes live there
 MIN_LINE_CAP = 400  # a long line among others keeps at least this much
 MIN_RUN = 3  # identical consecutive lines fold from this many on
-NAMES_SHARE = 0.15  # of the budget, for the names gap lines give of what their lines mention
-NAME_SCAN_CHARS = 24_000  # of the best left-out lines, searched for names
+NAMES_SHARE = 0.25  # of the budget, for the names gap lines give of what their lines mention
+MENTION_COST = len("; they mention: ")
+NAME_SCAN_CHARS = 16_000  # of the best left-out lines, searched for names
 
 ERROR_WORDS = tuple(
     word.encode()
@@ -54,9 +55,15 @@ MAX_FOCUS_PER_LINE = 3
 MAX_FOCUS_TERMS = 32  # task terms searched for, of those the output contains at all
 _NOT_FEATURE = bytes(byte for byte in range(256) if byte not in FEATURE_BYTES)
 # A compound name: dotted, a path or file:line, snake_case, camelCase or CamelCase
+# (possessive quantifiers: no backtracking inside a word)
 _NAME = re.compile(
-    r"[A-Za-z_$][\w$]*(?:[./:-][\w$]+)+|[A-Za-z$]*_[\w$]+|[a-z]+[A-Z][\w$]*|[A-Z][a-z0-9]+[A-Z][\w$]*"
+    r"[A-Za-z_$][\w$]*+(?:[./:-][\w$]++)++"
+    r"|_*+[A-Za-z$][A-Za-z0-9$]*+_[\w$]*+"
+    r"|[a-z][a-z0-9]*+[A-Z][\w$]*+"
+    r"|[A-Z][a-z0-9]++[A-Z][\w$]*+"
+    r"|[A-Z]{2,}+[a-z][\w$]*+"  # HTTPStatusCode, IOError
 )
+_HYPHENATED_WORD = re.compile(r"[A-Za-z][a-z]*-[a-z]+")  # built-in, in-memory: English
 _NOT_DIGIT = bytes(byte for byte in range(256) if byte not in DIGIT_BYTES)
 # lowercase letters, digits and non-ASCII bytes stay; everything else becomes a space
 _WORD_BYTES = bytes(
@@ -95,9 +102,8 @@ def _compress_lines(
     scores = score_lines(shown, features, errors, focus)
     for index in units.repeats:
         scores[index] = 0.0
-    room = int(max_chars * NAMES_SHARE)
-    kept = choose(shown, scores, max_chars - room)
-    body = render_kept(shown, kept, units.counts, gap_names(shown, kept, scores, room))
+    kept, names = choose_with_names(shown, scores, max_chars)
+    body = render_kept(shown, kept, units.counts, names_by_gap(kept, names))
     if len(body) > len(text) * MAX_RATIO:
         return None
     cut_lines = [cuts[index] for index in kept if cuts[index]]
@@ -269,9 +275,15 @@ def clip_line(line: str, cap: int) -> tuple[str, int]:
     return f"{line[:head]}{gap_line(cut, 'characters')}{line[-tail:]}", cut
 
 
-def choose(lines: Sequence[str], scores: Sequence[float], max_chars: int) -> list[int]:
-    """Indices of the lines to keep, ascending: the head and tail shares of the budget first,
-    then lines by descending score (ties: earlier first) while they fit.
+def choose(
+    lines: Sequence[str],
+    scores: Sequence[float],
+    max_chars: int,
+    shares: tuple[float, float] = (HEAD_SHARE, TAIL_SHARE),
+    ranked: Sequence[int] | None = None,
+) -> list[int]:
+    """Indices of the lines to keep, ascending: the head and tail ``shares`` of the budget
+    first, then lines by descending score (ties: earlier first) while they fit.
 
     What a line costs counts the gap lines exactly: keeping a line inside a run of left-out
     lines splits that run's gap line in two, keeping the last line of a run removes its gap.
@@ -281,11 +293,10 @@ def choose(lines: Sequence[str], scores: Sequence[float], max_chars: int) -> lis
     kept = bytearray(count + 2)  # kept[i + 1] says whether line i is kept; the ends count as kept
     kept[0] = kept[-1] = 1
     spent = GAP_COST  # at first one gap line stands for everything
-    head = _fitting(costs, max_chars * HEAD_SHARE)
-    tail = _fitting(costs[::-1], max_chars * TAIL_SHARE)
+    head = _fitting(costs, max_chars * shares[0])
+    tail = _fitting(costs[::-1], max_chars * shares[1])
     ends = [*range(head), *range(max(count - tail, head), count)]
-    ranked = sorted(range(count), key=scores.__getitem__, reverse=True)
-    for position, index in enumerate(chain(ends, ranked)):
+    for position, index in enumerate(chain(ends, rank(scores) if ranked is None else ranked)):
         if kept[index + 1]:
             continue
         if position >= len(ends) and scores[index] <= 0.0:
@@ -322,36 +333,96 @@ def _fill_small_gaps(lines: Sequence[str], kept: list[int]) -> list[int]:
     return filled
 
 
+def choose_with_names(
+    lines: Sequence[str],
+    scores: Sequence[float],
+    max_chars: int,
+    shares: tuple[float, float] = (HEAD_SHARE, TAIL_SHARE),
+) -> tuple[list[int], list[tuple[int, str]]]:
+    """Lines to keep, and names of left-out lines for the gaps to give (see ``gap_names``):
+    ``NAMES_SHARE`` of the budget is set aside for names; what they leave goes to lines."""
+    ranked = rank(scores)
+    room = int(max_chars * NAMES_SHARE)
+    kept = choose(lines, scores, max_chars - room, shares, ranked)
+    found = gap_names(lines, kept, scores, room, ranked)
+    gaps = {bisect_right(kept, index) for index, _ in found}
+    spent = sum(len(name) + 2 for _, name in found) + MENTION_COST * len(gaps)
+    if room - spent > GAP_COST:
+        kept = choose(lines, scores, max_chars - spent, shares, ranked)
+    return kept, found
+
+
+def rank(scores: Sequence[float]) -> list[int]:
+    """Line indices by descending score; ties keep their order."""
+    return sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
+
+
 def gap_names(
-    lines: Sequence[str], kept: Sequence[int], scores: Sequence[float], room: int
-) -> dict[int, list[str]]:
-    """What the gaps between kept lines should name: compound identifiers (dotted, snake_case,
-    camelCase, paths) of left-out lines that no kept line shows, longest first, as far as
-    ``room`` characters allow. Keyed by gap: the number of kept lines before it. Only the
-    best-scoring left-out lines, ``NAME_SCAN_CHARS`` of them, are searched."""
+    lines: Sequence[str],
+    kept: Sequence[int],
+    scores: Sequence[float],
+    room: int,
+    ranked: Sequence[int],
+) -> list[tuple[int, str]]:
+    """Compound identifiers (dotted, snake_case, paths, file:line) of left-out lines that no
+    kept line shows, longest first, as far as ``room`` characters allow: (line, name) pairs.
+    Only the best-scoring left-out lines, ``NAME_SCAN_CHARS`` of them, are searched, and only
+    lines with a dot, underscore, slash or colon (camelCase alone is not worth a regex)."""
     if room <= 0:
-        return {}
-    visible = set(_NAME.findall("\n".join([lines[index] for index in kept])))
+        return []
+    visible = set(_NAME.findall("\n".join([lines[i] for i in kept if _may_name(lines[i])])))
     chosen = set(kept)
     scanned = 0
-    candidates: list[tuple[int, int, str]] = []  # (-length, line, name)
-    for index in sorted(range(len(lines)), key=scores.__getitem__, reverse=True):
+    candidates: list[tuple[float, int, str]] = []  # (-weight, line, name)
+    for index in ranked:
         if scanned > NAME_SCAN_CHARS or scores[index] <= 0.0:
             break
-        if index in chosen:
+        line = lines[index]
+        if index in chosen or not _may_name(line):
             continue
-        scanned += len(lines[index])
-        for name in set(_NAME.findall(lines[index])).difference(visible):
-            candidates.append((-min(len(name), 40), index, name))
-    named: dict[int, list[tuple[int, str]]] = {}
+        scanned += len(line)
+        candidates.extend(
+            (-_name_weight(name), index, name)
+            for name in set(_NAME.findall(line)).difference(visible)
+            if not _HYPHENATED_WORD.fullmatch(name)
+        )
+    named: list[tuple[int, str]] = []
+    gaps: set[int] = set()
     spent = 0
-    for negative_length, index, name in sorted(candidates):
-        if name in visible or spent + 2 - negative_length > room:
-            continue
-        visible.add(name)
-        spent += 2 - negative_length
-        named.setdefault(bisect_right(kept, index), []).append((index, name))
-    return {gap: [name for _, name in sorted(names)] for gap, names in named.items()}
+    for _, index, name in sorted(candidates):
+        gap = bisect_right(kept, index)
+        cost = len(name) + 2 + (0 if gap in gaps else MENTION_COST)
+        if name not in visible and spent + cost <= room:
+            visible.add(name)
+            gaps.add(gap)
+            spent += cost
+            named.append((index, name))
+    return named
+
+
+def _name_weight(name: str) -> float:
+    """Longer names are more specific, up to a point; ids and hashes (many digits, no
+    separators) are seldom what an agent cites."""
+    length = min(len(name), 32)
+    digits = sum(map(str.isdigit, name))
+    if digits >= 4 and not _may_name(name):
+        return length / 4
+    return length
+
+
+def _may_name(line: str) -> bool:
+    return "." in line or "_" in line or "/" in line or ":" in line
+
+
+def names_by_gap(kept: Sequence[int], found: Sequence[tuple[int, str]]) -> dict[int, list[str]]:
+    """Names of left-out lines, in line order, keyed by their gap: the number of kept lines
+    before it. Names of lines that are kept after all are dropped: they are visible."""
+    chosen = set(kept)
+    named: dict[int, list[str]] = {}
+    for index, name in sorted(found):
+        if index not in chosen:
+            named.setdefault(bisect_right(kept, index), []).append(name)
+    return named
 
 
 def render_kept(

@@ -30,13 +30,18 @@ from compressors.tools.generic import (
     LineFacts,
     analyse_lines,
     choose,
+    choose_with_names,
     clip_line,
+    names_by_gap,
     render_kept,
     score_lines,
 )
 
 MIN_CHARS = 400
 MAX_RATIO = 0.8  # a result is kept only when it saves at least 20%
+# Shares of the budget for the first and the last lines: the title and intro, the conclusion
+# (pages often end in footers, so less than a log's tail)
+SHARES = (0.1, 0.1)
 PROSE_TOOLS = frozenset(
     {"task", "agent", "subagent", "webfetch", "web_fetch", "fetch", "websearch", "web_search",
      "browser", "browse"}
@@ -174,11 +179,10 @@ def _compress(text: str, max_chars: int, focus: frozenset[str]) -> Compressed | 
         if sentences or characters:
             cuts[index] = (sentences, characters)
     scores = _scores(shown, parts, facts)
-    kept = choose(shown, scores, max_chars)
-    if _demote_empty_sections(parts, scores, kept):
-        kept = choose(shown, scores, max_chars)
+    _demote_empty_sections(parts, scores, choose(shown, scores, max_chars, SHARES))
+    kept, names = choose_with_names(shown, scores, max_chars, SHARES)
     kept = _with_blank_separators(lines, _whole_fences(parts, _with_headings(parts, kept)))
-    body = render_kept(shown, kept)
+    body = render_kept(shown, kept, None, names_by_gap(kept, names))
     if len(body) > len(text) * MAX_RATIO:
         return None
     shortened = Shortened()
@@ -295,7 +299,6 @@ def _scores(shown: Sequence[str], parts: Parts, facts: LineFacts) -> list[float]
     scores = list(map(add, map(_KIND_SCORE.__getitem__, parts.kinds), density))
     for index, level in parts.headings:
         scores[index] = HEADING - HEADING_STEP * level
-        scores[index + 1] = 0.0 if parts.kinds[index + 1] == "underline" else scores[index + 1]
     for index in parts.items:
         item = _ITEM.sub("", shown[index].lstrip(), count=1)
         if _has_signal(item):
@@ -345,18 +348,14 @@ def _shorten(line: str, cap: int, code: bool = False) -> tuple[str, int, int]:
     return " ".join(parts), len(sentences) - len(keep), 0
 
 
-def _demote_empty_sections(parts: Parts, scores: list[float], kept: list[int]) -> bool:
+def _demote_empty_sections(parts: Parts, scores: list[float], kept: list[int]) -> None:
     """Give a deep heading (level 3 and below) whose section kept nothing the score of a
-    plain line, so the budget goes to content rather than to an outline of empty sections.
-    Whether any heading was demoted."""
+    plain line, so the budget goes to content rather than to an outline of empty sections."""
     chosen = set(kept)
     starts = [index for index, _ in parts.headings] + [len(parts.kinds)]
-    demoted = False
     for (index, level), end in zip(parts.headings, starts[1:], strict=True):
         if level >= 3 and index in chosen and not chosen.intersection(range(index + 1, end)):
             scores[index] = OTHER
-            demoted = True
-    return demoted
 
 
 def _with_headings(parts: Parts, kept: list[int]) -> list[int]:
@@ -375,7 +374,7 @@ def _with_headings(parts: Parts, kept: list[int]) -> list[int]:
         after = bisect_right(ordered, index)
         if after < len(ordered) and ordered[after] < end:
             chosen.add(index)
-            if parts.kinds[index + 1] == "underline":
+            if index + 1 < len(parts.kinds) and parts.kinds[index + 1] == "underline":
                 chosen.add(index + 1)
     return sorted(chosen)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-LINES_GAP = re.compile(r"\[… (\d+) (?:identical )?lines? omitted …\]")
+LINES_GAP = re.compile(r"\[… (\d+) (?:identical )?lines? omitted(?:; they mention: [^\n]*)? …\]")
 CHARS_GAP = re.compile(r"\[… (\d+) characters? omitted …\]")
 SENTENCES_GAP = re.compile(r" ?\[… (\d+) sentences? omitted …\] ?")
 

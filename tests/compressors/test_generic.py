@@ -155,3 +155,35 @@ def test_unknown_tools_fall_back_to_generic() -> None:
         name, result = routed
         assert name == "generic", tool
         assert "controller.go:417" in result.text
+
+
+def test_lines_naming_task_terms_are_preferred() -> None:
+    lines = [f"worker {i}: synced shard {i} of the catalog in {i % 7} ms" for i in range(400)]
+    lines[222] = "worker 222: synced shard 222 of the athena workgroup in 3 ms"
+    text = "\n".join(lines)
+    plain = generic.compress(ToolOutput(text, "x"), _budget(text))
+    focused = generic.compress(ToolOutput(text, "x", "", frozenset({"athena"})), _budget(text))
+    assert plain is not None and focused is not None
+    assert "athena workgroup" not in plain.text
+    assert "athena workgroup" in focused.text
+
+
+def test_gaps_name_identifiers_that_only_their_lines_hold() -> None:
+    lines = ["registering routes"]
+    lines += [f"route {i}: handlers/res_{i}.py -> api.v1.res_{i}.get" for i in range(300)]
+    text = "\n".join(lines)
+    out = _run(text).text
+    kept_text = "\n".join(line for line in out.split("\n") if not line.startswith("[…"))
+    position = 0
+    named = 0
+    for line in out.split("\n"):
+        gap = re.fullmatch(r"\[… (\d+) lines? omitted(?:; they mention: (.*))? …\]", line)
+        if gap is None:
+            position = lines.index(line, position) + 1
+            continue
+        hidden = "\n".join(lines[position : position + int(gap.group(1))])
+        for name in (gap.group(2) or "").split(", ") if gap.group(2) else []:
+            assert name in hidden and name not in kept_text, name
+            named += 1
+        position += int(gap.group(1))
+    assert named >= 10

@@ -227,3 +227,14 @@ def test_routing_of_json_from_tools_of_any_agent() -> None:
         assert routed is not None
         assert routed[0] == "json", tool
         assert "tabular form of 400 objects" in routed[1].omitted
+
+
+def test_items_naming_task_terms_are_kept() -> None:
+    runs = [{"id": i, "workflow": f"ci-{i % 5}", "note": "routine"} for i in range(500)]
+    runs[260]["workflow"] = "athena-nightly"
+    text = _pretty(runs)
+    plain = json_crush.compress(ToolOutput(text, "x"), _budget(text))
+    focused = json_crush.compress(ToolOutput(text, "x", "", frozenset({"athena"})), _budget(text))
+    assert plain is not None and focused is not None
+    assert "athena-nightly" not in plain.text
+    assert "athena-nightly" in focused.text

@@ -87,11 +87,28 @@ def test_report_keeps_outline_signals_code_and_conclusion() -> None:
 
 
 def test_signal_list_items_outrank_plain_ones() -> None:
-    result = prose.compress(ToolOutput(_report(), "task"), Budget(700))
+    signals = ("- `proxy/sessions.py` lines 40-212, the store", "- `proxy/app.py:88` calls")
+    plain = "- some older notes that turned out not to matter"
+    shown_plain = 0
+    for max_chars in range(600, 2000, 50):
+        result = prose.compress(ToolOutput(_report(), "task"), Budget(max_chars))
+        assert result is not None
+        if plain in result.text:
+            shown_plain += 1
+            assert all(signal in result.text for signal in signals), max_chars
+    assert shown_plain > 0
+
+
+def test_under_a_tight_budget_gaps_name_what_they_hide() -> None:
+    text = _report()
+    result = prose.compress(ToolOutput(text, "task"), Budget(600))
     assert result is not None
-    assert "- `proxy/sessions.py` lines 40-212, the store" in result.text
-    assert "- `proxy/app.py:88` calls `store.load(session_id)`" in result.text
-    assert "- some older notes that turned out not to matter" not in result.text
+    gap = re.search(r"\[… \d+ lines omitted; they mention: ([^\n]*) …\]", result.text)
+    assert gap is not None
+    for name in ("proxy/sessions.py", "proxy/app.py:88"):
+        assert name in result.text
+    assert "in-memory" not in gap.group(1)  # a hyphenated English word is not a name
+    assert_faithful(text, result.text)
 
 
 def test_a_fence_is_kept_only_with_some_of_its_code() -> None:
@@ -191,6 +208,8 @@ def test_small_outputs_and_outputs_within_budget_are_left_alone() -> None:
         "```\n" * 3000,
         "#" * 20_000,
         "- " * 10_000,
+        _report() + "\n## Trailing heading",
+        "Title\n=====\n" + "Some words in a sentence here. " * 500 + "\nEnd\n---",
         bytes(random.Random(5).randrange(256) for _ in range(40_000)).decode("latin-1"),
     ],
 )
