@@ -52,6 +52,7 @@ class CompressionSettings:
     protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS
     compress_live_turn: bool = True
     arrival_tokens: int = 2_000
+    max_work_chars: int = 100_000  # output text compressed per request; the rest next request
     arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
     drop_system_reminders: bool = True
@@ -98,6 +99,7 @@ class CompressionResult:
     tokens_after: int = 0
 
 
+MARKER_START = "[deep-memory: "
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 MIN_REMINDER_CHARS = 400
@@ -112,7 +114,8 @@ def fingerprint(output: ToolOutput) -> str:
 class _Candidate:
     item: Item
     output: ToolOutput
-    fp: str
+    content: str  # fingerprint of tool, arguments and text: equal for duplicates
+    fp: str  # the decision key: ``content`` and which copy this is, in history order
     tokens: int
 
 
@@ -179,31 +182,44 @@ def compress(
 
     pressure = _request_tokens(items, candidates, memo)
     event = _event(memo, settings, pressure, pending, cache_cold, new_turn)
-    if event is None:
-        chosen = set(map(id, fresh))
-    elif event == "pressure":
-        chosen = set(map(id, compressible))
-    else:
-        chosen = set(map(id, pending)) | set(map(id, fresh))
+    # Outputs compressed at a shallower level than the session's (after a pressure event, or
+    # left over by the work cap) are due too, in the same or the next event.
+    stale = [
+        c
+        for c in compressible
+        if (d := memo.decisions.get(c.fp)) is not None and 0 < d.level < memo.level and not d.final
+    ]
+    if event is None and stale:
+        event = "pressure"
+    due = fresh if event is None else [*fresh, *pending, *stale]
+    chosen = {id(candidate) for candidate in due}
     if event is not None:
         memo.events += 1
         result.event = event
         result.counters[f"event:{event}"] += 1
 
     result.tokens_before = sum(c.tokens for c in candidates)
-    first_copy: set[str] = set()
+    work = 0  # characters compressed in this request, capped so no request stalls
     for candidate in compressible:
         if id(candidate) in chosen:
-            decision = _compress_one(
-                candidate, candidate.fp in first_copy, memo.level, settings, result
-            )
-            _decide(memo, result, candidate.fp, decision)
-        first_copy.add(candidate.fp)
+            if work >= settings.max_work_chars:
+                result.counters["deferred"] += 1
+                if candidate.fp not in memo.decisions:
+                    _decide(memo, result, candidate.fp, Decision(level=0))
+            else:
+                work += len(candidate.output.text)
+                duplicate = not candidate.fp.endswith("#0")
+                decision = _compress_one(candidate, duplicate, memo.level, settings, result)
+                _decide(memo, result, candidate.fp, decision)
         _apply(candidate, memo.decisions[candidate.fp], result)
     result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
 
     if live_start > head_end:
-        _strip_old_turns(conversation, live_start, settings, result)
+        stripped = _strip_old_turns(conversation, head_end, live_start, settings, result)
+        if stripped and result.event is None and new_turn:
+            memo.events += 1
+            result.event = "turn"
+            result.counters["event:turn"] += 1
     return result
 
 
@@ -227,14 +243,17 @@ def _candidates(
         item.call_id: item.text for item in conversation.items if item.kind is Kind.TOOL_CALL
     }
     found = []
+    copies: dict[str, int] = {}
     for item in conversation.items:
         if item.kind is not Kind.TOOL_RESULT or item.message <= head_end:
             continue
         text = item.value
-        if not isinstance(text, str):
-            continue
+        if not isinstance(text, str) or text.startswith(MARKER_START):
+            continue  # not text, or already ours (a client that echoes what it was sent)
         output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""), focus)
-        found.append(_Candidate(item, output, fingerprint(output), estimate_tokens(text)))
+        content = fingerprint(output)
+        copy = copies[content] = copies.get(content, -1) + 1
+        found.append(_Candidate(item, output, content, f"{content}#{copy}", estimate_tokens(text)))
     return found
 
 
@@ -270,12 +289,11 @@ def _request_tokens(items: list[Item], candidates: list[_Candidate], memo: Sessi
 
 
 def _turn_fingerprint(conversation: Conversation) -> str:
-    texts = [
-        i.text
-        for i in conversation.items
-        if i.message == conversation.last_user_message and i.kind is Kind.TEXT
-    ]
-    return xxhash.xxh3_64_hexdigest(utf8(f"{conversation.last_user_message}\x00" + "".join(texts)))
+    """Which user turn this is: how many turns so far, and the last one's text (not its index,
+    which moves when older reasoning items are dropped)."""
+    turns = conversation.user_message_texts()
+    last = turns[-1] if turns else ""
+    return xxhash.xxh3_64_hexdigest(utf8(f"{len(turns)}\x00{last}"))
 
 
 def _event(
@@ -361,14 +379,18 @@ def _apply(candidate: _Candidate, decision: Decision, result: CompressionResult)
 
 def _strip_old_turns(
     conversation: Conversation,
+    head_end: int,
     live_start: int,
     settings: CompressionSettings,
     result: CompressionResult,
-) -> None:
-    """Layer 1 for turns before the live one: reasoning out (whole units), reminders out."""
+) -> bool:
+    """Layer 1 for turns before the live one (the head excepted): reasoning out, whole units;
+    long reminders out. True when something changed."""
+    changed_before = result.changed
+    result.changed = False
     dropped: list[Item] = []
     for item in conversation.items:
-        if item.message >= live_start or item.message < 0:
+        if item.message >= live_start or item.message <= head_end:
             continue
         if settings.strip_reasoning and item.role is Role.ASSISTANT:
             if item.kind is Kind.REASONING:
@@ -389,6 +411,9 @@ def _strip_old_turns(
             _drop_reminders(item, result)
     if dropped:
         _drop_reasoning(conversation, dropped, result)
+    stripped = result.changed
+    result.changed = changed_before or stripped
+    return stripped
 
 
 def _drop_reminders(item: Item, result: CompressionResult) -> None:

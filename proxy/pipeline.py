@@ -8,7 +8,9 @@ the failure is counted.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,23 @@ from compressors.view import Conversation, Dialect, parse_conversation
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
+
+# A JSON number too large for 64 bits: orjson would read it as a float and change its value.
+_BIG_INTEGER = re.compile(rb"[:\[,]\s*-?\d{20,}\s*[,}\]]")
+
+
+def _loads(raw: bytes) -> tuple[Any, bool]:
+    """Parse once; exact (slower) stdlib parsing only for bodies with huge integers."""
+    body = orjson.loads(raw)  # also what decides which bodies are JSON at all
+    if _BIG_INTEGER.search(raw):
+        return json.loads(raw), True
+    return body, False
+
+
+def _dumps(body: Any, exact: bool) -> bytes:
+    if exact:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(body)
 
 
 @dataclass(slots=True)
@@ -67,8 +86,8 @@ def rewrite_request(
     """Never raises: every failure path returns the original bytes."""
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        body, exact = _loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
         return Rewrite(raw, Outcome.NOT_JSON, session_id, kind)
     try:
         try:
@@ -85,7 +104,7 @@ def rewrite_request(
         for transform in transforms:
             changed = transform(conversation, context) or changed
         outcome, out = (
-            (Outcome.REWRITTEN, orjson.dumps(body)) if changed else (Outcome.FORWARDED, raw)
+            (Outcome.REWRITTEN, _dumps(body, exact)) if changed else (Outcome.FORWARDED, raw)
         )
         return Rewrite(out, outcome, session_id, kind, conversation, context=context)
     except Exception as exc:

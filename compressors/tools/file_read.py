@@ -187,32 +187,35 @@ def _render_with_names(
         if index > previous + 1:
             gaps.append((previous + 1, index - 1))
         previous = index
-    candidates: list[tuple[float, int, int, str]] = []  # (-weight, gap, order, name)
-    order = 0
+    first_gap: dict[str, int] = {}  # each hidden name, in the first gap that hides it
     for gap, (first, last) in enumerate(gaps):
         for index in range(first, last + 1):
-            for name in sorted(tokens[index]):
-                weight = _token_weight(name)
-                if weight >= MIN_INDEX_WEIGHT and name not in visible:
-                    candidates.append((-weight, gap, order, name))
-                    order += 1
-    named: dict[int, list[tuple[int, str]]] = {}
-    listed: set[str] = set()
+            for name in tokens[index]:
+                if name not in first_gap and name not in visible:
+                    first_gap[name] = gap
+    ranked = sorted(
+        (-weight, gap, name)
+        for name, gap in first_gap.items()
+        if (weight := _token_weight(name)) >= MIN_INDEX_WEIGHT
+    )
+    named: dict[int, list[str]] = {}
+    chains = ""  # dotted names listed so far: a part of one needs no entry of its own
     spent = 0
-    for _, gap, position, name in sorted(candidates):
-        if name in listed or any(name in other for other in listed if "." in other):
-            continue
+    for _, gap, name in ranked:
         if spent + len(name) + 2 > room:
             continue
-        listed.add(name)
+        if name in chains:
+            continue
+        if "." in name:
+            chains += "\n" + name
         spent += len(name) + 2
-        named.setdefault(gap, []).append((position, name))
+        named.setdefault(gap, []).append(name)
     out: list[str] = []
     gap = 0
     previous = -1
     for index in [*kept, len(view.lines)]:
         if index > previous + 1:
-            names = [name for _, name in sorted(named.get(gap, []))]
+            names = sorted(named.get(gap, []))
             out.append(gap_line(index - previous - 1, "lines", names))
             gap += 1
         if index < len(view.lines):

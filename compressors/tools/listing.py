@@ -366,7 +366,7 @@ def _score_groups(groups: Sequence[Group], root: str, focus: frozenset[str]) -> 
     for group, words in zip(groups, word_sets, strict=True):
         depth = group.path[len(root) :].count("/")
         names = group.names or [""]
-        own = sum(math.log((len(groups) + 1) / frequency[word]) for word in words)
+        own = sum(math.log((len(groups) + 1) / frequency[word]) for word in sorted(words))
         penalty = _dir_penalty(group.path)
         group.junk = penalty >= HEAVY_PENALTY
         about_task = len(focus.intersection(name_parts(group.path[len(root) :]))) if focus else 0
