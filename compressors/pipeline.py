@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import xxhash
 
 from compressors.focus import task_terms
-from compressors.markers import ccr_key, marker, utf8
+from compressors.markers import ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, ToolOutput
 from compressors.registry import DEFAULT_PROTECTED_TOOLS, compress_output, is_protected
 from compressors.tokens import estimate_tokens
@@ -86,6 +86,16 @@ class SessionMemo:
     turn: str | None = None  # fingerprint of the last real user message seen
     events: int = 0
     focus: tuple[int, frozenset[str]] | None = None  # (hash of the task, its terms); derived
+    sent_as: dict[str, str] = field(default_factory=dict)  # marker key -> content; derived
+
+    def content_of_marker(self, key: str) -> str | None:
+        """Which output a marker this session sent stands for (a client may echo it back)."""
+        if not self.sent_as and self.decisions:
+            for fp, decision in self.decisions.items():
+                if decision.text is not None and decision.text.startswith(MARKER_START):
+                    for found in marker_keys(decision.text[: len(MARKER_START) + 200])[:1]:
+                        self.sent_as[found] = fp.partition("#")[0]
+        return self.sent_as.get(key)
 
 
 @dataclass(slots=True)
@@ -153,7 +163,8 @@ def compress(
     new_turn = memo.turn is not None and turn != memo.turn
     memo.turn = turn
 
-    candidates = _candidates(conversation, head_end, _focus(conversation, head_end, memo))
+    focus = _focus(conversation, head_end, memo)
+    candidates = _candidates(conversation, head_end, focus, memo)
     in_tail = _tail_flags(items, candidates, live_start, settings)
     pending: list[_Candidate] = []
     fresh: list[_Candidate] = []
@@ -207,8 +218,8 @@ def compress(
                 if candidate.fp not in memo.decisions:
                     _decide(memo, result, candidate.fp, Decision(level=0))
             else:
-                work += len(candidate.output.text)
                 duplicate = not candidate.fp.endswith("#0")
+                work += 0 if duplicate else len(candidate.output.text)  # pointers are free
                 decision = _compress_one(candidate, duplicate, memo.level, settings, result)
                 _decide(memo, result, candidate.fp, decision)
         _apply(candidate, memo.decisions[candidate.fp], result)
@@ -237,7 +248,7 @@ def _focus(conversation: Conversation, head_end: int, memo: SessionMemo) -> froz
 
 
 def _candidates(
-    conversation: Conversation, head_end: int, focus: frozenset[str]
+    conversation: Conversation, head_end: int, focus: frozenset[str], memo: SessionMemo
 ) -> list[_Candidate]:
     call_arguments = {
         item.call_id: item.text for item in conversation.items if item.kind is Kind.TOOL_CALL
@@ -248,8 +259,14 @@ def _candidates(
         if item.kind is not Kind.TOOL_RESULT or item.message <= head_end:
             continue
         text = item.value
-        if not isinstance(text, str) or text.startswith(MARKER_START):
-            continue  # not text, or already ours (a client that echoes what it was sent)
+        if not isinstance(text, str):
+            continue
+        if text.startswith(MARKER_START):  # ours, echoed back: it still counts as its copy
+            keys = marker_keys(text[: len(MARKER_START) + 200])
+            content = memo.content_of_marker(keys[0]) if keys else None
+            if content is not None:
+                copies[content] = copies.get(content, -1) + 1
+            continue
         output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""), focus)
         content = fingerprint(output)
         copy = copies[content] = copies.get(content, -1) + 1
@@ -323,6 +340,9 @@ def _event(
 def _decide(memo: SessionMemo, result: CompressionResult, fp: str, decision: Decision) -> Decision:
     memo.decisions[fp] = decision
     result.decisions[fp] = decision
+    if memo.sent_as and decision.text is not None:
+        for key in marker_keys(decision.text[: len(MARKER_START) + 200])[:1]:
+            memo.sent_as[key] = fp.partition("#")[0]
     return decision
 
 
