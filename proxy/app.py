@@ -185,7 +185,13 @@ async def mcp_handler(request: web.Request) -> web.Response:
         return _forbidden()
     if request.method != "POST":
         return web.Response(status=405, headers={"Allow": "POST"})
-    response = await mcp_post(request, state.stores.originals)
+
+    def counted(tool: str, failed: bool) -> None:
+        state.metrics.inc("deepmem_mcp_tool_calls_total", tool=tool, failed=str(failed).lower())
+        if tool == "deep_expand" and not failed:
+            state.metrics.inc("deepmem_expands_total", via="mcp")
+
+    response = await mcp_post(request, state.stores.originals, counted)
     state.metrics.inc("deepmem_mcp_requests_total", status=str(response.status))
     return response
 

@@ -81,7 +81,12 @@ def _error(request_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def handle_message(store: OriginalStore, message: Any) -> dict[str, Any] | None:
+ToolCallback = Callable[[str, bool], None]  # (tool name, failed)
+
+
+def handle_message(
+    store: OriginalStore, message: Any, on_tool_call: ToolCallback | None = None
+) -> dict[str, Any] | None:
     """One JSON-RPC message in, its response out (None for notifications)."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return _error(None, INVALID_REQUEST, "expected a JSON-RPC 2.0 message")
@@ -128,21 +133,27 @@ def handle_message(store: OriginalStore, message: Any) -> dict[str, Any] | None:
             text, is_error = tool.run(store, arguments), False
         except ToolError as exc:
             text, is_error = str(exc), True
+        if on_tool_call is not None:
+            on_tool_call(tool.name, is_error)
         return _result(
             request_id, {"content": [{"type": "text", "text": text}], "isError": is_error}
         )
     return _error(request_id, METHOD_NOT_FOUND, f"method {method!r} is not supported")
 
 
-async def mcp_post(request: web.Request, store: OriginalStore) -> web.Response:
+async def mcp_post(
+    request: web.Request, store: OriginalStore, on_tool_call: ToolCallback | None = None
+) -> web.Response:
     try:
         payload = orjson.loads(await request.read())
     except orjson.JSONDecodeError:
         return _json(_error(None, PARSE_ERROR, "body is not JSON"), status=400)
     if isinstance(payload, list):
-        answers = [a for a in (handle_message(store, m) for m in payload) if a is not None]
+        answers = [
+            a for a in (handle_message(store, m, on_tool_call) for m in payload) if a is not None
+        ]
         return _json(answers) if answers else web.Response(status=202)
-    answer = handle_message(store, payload)
+    answer = handle_message(store, payload, on_tool_call)
     if answer is None:
         return web.Response(status=202)
     return _json(answer)

@@ -79,6 +79,7 @@ class Metrics:
         "deepmem_bytes_out_total": ("counter", "Request body bytes forwarded upstream."),
         "deepmem_expands_total": ("counter", "Originals returned by expand, by interface."),
         "deepmem_mcp_requests_total": ("counter", "MCP requests answered, by status."),
+        "deepmem_mcp_tool_calls_total": ("counter", "MCP tool calls, by tool and failure."),
         "deepmem_client_disconnects_total": (
             "counter",
             "Clients that went away before their response was complete.",

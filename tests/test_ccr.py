@@ -128,6 +128,8 @@ async def test_mcp_initialize_list_and_call(proxy, client):
     assert bad["error"]["code"] == -32601
     async with client.get(proxy.url + "/mcp") as response:
         assert response.status == 405
+    expands = proxy.state.metrics.counters["deepmem_expands_total"]
+    assert expands[(("via", "mcp"),)] == 1
 
 
 @pytest.mark.slow
