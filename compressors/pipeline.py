@@ -45,14 +45,14 @@ class CompressionSettings:
     min_saving_tokens: int = 100
     min_saving_ratio: float = 0.25
     # Chosen by replaying the public corpus (see README, "What compression costs and saves").
-    level_ratios: tuple[float, ...] = (0.15, 0.1, 0.06)
-    file_view_share: float = 1.6  # file views get this multiple of the ratio
+    level_ratios: tuple[float, ...] = (0.11, 0.08, 0.05)
+    file_view_share: float = 2.0  # file views get this multiple of the ratio
     level_floor_chars: tuple[int, ...] = (500, 400, 300)
     pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
     protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS
     compress_live_turn: bool = True
     arrival_tokens: int = 2_000
-    max_work_chars: int = 100_000  # output text compressed per request; the rest next request
+    max_work_chars: int = 80_000  # output text compressed per request; the rest next request
     arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
     drop_system_reminders: bool = True

@@ -148,7 +148,11 @@ def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
     view = _parse(text) or (_parse_plain(text) if _prints_a_file(output) else None)
     if view is None:
         return None
-    max_chars = budget.file_view_chars or budget.max_chars
+    max_chars = (
+        budget.max_chars
+        if _confirms_an_edit(output)
+        else (budget.file_view_chars or budget.max_chars)
+    )
     index_chars = int(max_chars * INDEX_SHARE)
     contents = [
         line[start : start + PROBE_CHARS]
@@ -167,6 +171,14 @@ def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
     if len(body) > len(text) * (1 - MIN_SAVING):
         return None
     return Compressed(body, _omitted(view, kept, selection.cut))
+
+
+_EDIT_COMMANDS = frozenset({"str_replace", "insert", "create", "undo_edit", "edit", "write"})
+
+
+def _confirms_an_edit(output: ToolOutput) -> bool:
+    """An editor's echo of what it just changed: evidence for one step, not a file to study."""
+    return CallArguments(output.arguments).text("command").lower() in _EDIT_COMMANDS
 
 
 def _render_with_names(
