@@ -11,7 +11,7 @@ Words are compared as lowercase parts, plurals folded: ``get_named_query``,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from functools import lru_cache
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -70,15 +70,3 @@ def task_terms(text: str) -> frozenset[str]:
             if len(terms) >= MAX_TERMS:
                 break
     return frozenset(terms)
-
-
-def focus_hits(lines: Sequence[str], terms: frozenset[str]) -> list[int]:
-    """For each line, how many distinct focus terms it contains."""
-    if not terms:
-        return [0] * len(lines)
-    hits = []
-    for line in lines:
-        if len(line) > 2000:
-            line = line[:2000]
-        hits.append(len(terms.intersection(word_parts(line))))
-    return hits

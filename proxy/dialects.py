@@ -168,10 +168,6 @@ class UsageReader:
         elif encoding not in ("", "identity"):
             self._active = False
 
-    @property
-    def active(self) -> bool:
-        return self._active
-
     def feed(self, chunk: bytes) -> None:
         if not self._active:
             return

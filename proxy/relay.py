@@ -111,7 +111,6 @@ class UpstreamPool:
 @dataclass(slots=True)
 class RelayResult:
     bytes_sent: int = 0
-    completed: bool = False
     interrupted: str | None = None  # why the upstream body broke off
     client_gone: bool = False
     usage_reader: UsageReader | None = None
@@ -142,7 +141,6 @@ async def relay_response(
             result.bytes_sent += len(chunk)
             tail = (tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
             reader.feed(chunk)
-        result.completed = True
     except (ConnectionResetError, asyncio.CancelledError):
         result.client_gone = True
         upstream.close()

@@ -115,11 +115,6 @@ class Session:
     last_usage: Usage | None = None
     last_usage_at: float | None = None
 
-    @property
-    def prompt_tokens(self) -> int:
-        """The provider's count of the last prompt: the pressure the next request starts from."""
-        return self.last_usage.input_tokens if self.last_usage else 0
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
@@ -128,6 +123,7 @@ class Session:
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
             "last_usage": self.last_usage.as_dict() if self.last_usage else None,
+            "last_usage_at": self.last_usage_at,
             **self.tally.as_dict(),
         }
 

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from compressors.focus import name_parts
+from compressors.lines import with_gaps
 from compressors.markers import gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
 
@@ -728,16 +729,7 @@ def _flat(listing: Listing, max_chars: int) -> Compressed | None:
 
 def _with_gaps(names: Sequence[str], shown: Sequence[int], files: bool) -> list[str]:
     """The shown names in order, with a gap marker wherever names were left out."""
-    out: list[str] = []
-    previous = -1
-    for index in shown:
-        if index > previous + 1:
-            out.append(_gap_entries(index - previous - 1, files))
-        out.append(names[index])
-        previous = index
-    if previous < len(names) - 1:
-        out.append(_gap_entries(len(names) - 1 - previous, files))
-    return out
+    return with_gaps(names, shown, lambda count: _gap_entries(count, files))
 
 
 def _wrap(words: Sequence[str], width: int) -> list[str]:
