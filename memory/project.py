@@ -1,0 +1,124 @@
+"""Which project directory a request's memory belongs to, and whether we may write there.
+
+The candidate comes from configuration, else a request header, else the `Working directory:`
+line OpenCode puts in its system prompt. The first candidate given decides (there is no
+silent fallback to the next one). It is accepted only when it is an absolute path without
+`..`, exists, is a directory after resolving symlinks, and lies under an allowed root
+(resolved too). A request can therefore never make the proxy write anywhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_HEADER = "X-Deep-Memory-Project"
+DEFAULT_MEMORY_DIRNAME = ".deep-memory"
+GLOBAL_MEMORY_DIRNAME = "memory"
+
+_WORKING_DIR = re.compile(r"^[ \t]*Working directory:[ \t]*(?P<path>\S.*?)[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The accepted project directory (or None), where it came from, and why."""
+
+    path: Path | None
+    source: str | None  # "config", "header", "system_prompt" or None
+    reason: str
+
+    @property
+    def ok(self) -> bool:
+        return self.path is not None
+
+
+def default_allowed_roots() -> list[Path]:
+    return [Path.home()]
+
+
+def working_directory_from_prompt(system_prompt: str) -> str | None:
+    """The path on OpenCode's `Working directory: /path` line, if any."""
+    match = _WORKING_DIR.search(system_prompt or "")
+    return match.group("path") if match else None
+
+
+def explain_project_dir(
+    configured: Path | str | None,
+    header: str | None,
+    system_prompt: str,
+    allowed_roots: list[Path],
+) -> Resolution:
+    """Resolve the project directory and say why it was accepted or refused."""
+    candidates = [
+        ("config", None if configured is None else str(configured)),
+        ("header", header),
+        ("system_prompt", working_directory_from_prompt(system_prompt)),
+    ]
+    for source, raw in candidates:
+        if raw is not None and raw.strip():
+            return _check_candidate(source, raw.strip(), allowed_roots)
+    return Resolution(None, None, "no project directory in config, header or system prompt")
+
+
+def resolve_project_dir(
+    configured: Path | str | None,
+    header: str | None,
+    system_prompt: str,
+    allowed_roots: list[Path],
+) -> Path | None:
+    """The accepted project directory, or None (see `explain_project_dir` for why)."""
+    return explain_project_dir(configured, header, system_prompt, allowed_roots).path
+
+
+def _check_candidate(source: str, raw: str, allowed_roots: list[Path]) -> Resolution:
+    def refuse(why: str) -> Resolution:
+        return Resolution(None, source, f"{source} project directory {raw!r} refused: {why}")
+
+    problem = _syntax_problem(raw)
+    if problem:
+        return refuse(problem)
+    try:
+        resolved = Path(raw).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        return refuse(f"does not exist or cannot be resolved ({exc.__class__.__name__})")
+    if not resolved.is_dir():
+        return refuse("not a directory")
+    roots = _resolved_roots(allowed_roots)
+    if not any(resolved.is_relative_to(root) for root in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none configured"
+        return refuse(f"{resolved} is not under an allowed root ({allowed})")
+    return Resolution(resolved, source, f"{source} project directory {resolved}")
+
+
+def _syntax_problem(raw: str) -> str | None:
+    if "\x00" in raw:
+        return "contains a NUL byte"
+    path = Path(raw)
+    if not path.is_absolute():
+        return "not an absolute path"
+    if ".." in path.parts:
+        return "contains '..'"
+    return None
+
+
+def _resolved_roots(allowed_roots: list[Path]) -> list[Path]:
+    roots: list[Path] = []
+    for root in allowed_roots:
+        try:
+            roots.append(Path(root).expanduser().resolve(strict=True))
+        except (OSError, RuntimeError):
+            continue
+    return roots
+
+
+def project_memory_dir(project_dir: Path, dirname: str = DEFAULT_MEMORY_DIRNAME) -> Path:
+    """`<project>/.deep-memory` (the directory name is configurable, but one plain name)."""
+    if not dirname or Path(dirname).name != dirname or dirname in (".", ".."):
+        raise ValueError(f"memory directory name must be a plain name, not {dirname!r}")
+    return project_dir / dirname
+
+
+def global_memory_dir(data_dir: Path) -> Path:
+    """The memory directory shared by all projects, under the data dir."""
+    return Path(data_dir) / GLOBAL_MEMORY_DIRNAME

@@ -1,0 +1,510 @@
+"""Project memory on disk: `MEMORY.md` entries and `notes.md` keyword captures.
+
+`MEMORY.md` holds `## Decisions / Constraints / Gotchas / Facts / Notes` with bullets
+`- text [YYYY-MM-DD]`. The parser keeps every line it does not understand (prose, comments,
+unknown sections, CRLF endings), so a hand-edited file survives our edits. Every write goes
+through `memory.files.locked_update`, which re-reads the file under a lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from memory.files import locked_update, read_text
+from memory.tokenize import tokenize
+
+SECTIONS: tuple[str, ...] = ("Decisions", "Constraints", "Gotchas", "Facts", "Notes")
+MEMORY_FILE = "MEMORY.md"
+NOTES_FILE = "notes.md"
+DEFAULT_SIMILARITY = 0.85
+
+_HEADING = re.compile(r"^##\s+(?P<name>.+?)\s*#*\s*$")
+_BULLET = re.compile(r"^\s*[-*+]\s+(?P<body>.*?)\s*$")
+_DATED = re.compile(r"^(?P<text>.*?)\s*\[(?P<date>\d{4}-\d{2}-\d{2})\]$")
+_NOTE_HASH = re.compile(r"^##\s.*\[(?P<hash>[0-9a-f]{8})\]\s*$", re.MULTILINE)
+_EDGE_PUNCT = " \t.,;:!?\u3002\u3001"  # after NFKC, fullwidth marks are ASCII
+
+
+class MemoryStoreError(ValueError):
+    """A request to the memory store that cannot be honoured (bad section, empty text)."""
+
+
+# ---------------------------------------------------------------- text helpers
+
+
+def normalize(text: str) -> str:
+    """Whitespace collapsed, case folded, edge punctuation stripped: the exact-duplicate key."""
+    collapsed = " ".join(unicodedata.normalize("NFKC", text).split()).casefold()
+    return collapsed.strip(_EDGE_PUNCT)
+
+
+@lru_cache(maxsize=8192)
+def features(text: str) -> frozenset[str]:
+    """The search tokenizer's tokens: words and identifiers, CJK characters and bigrams."""
+    return frozenset(tokenize(normalize(text)))
+
+
+def similarity(a: Iterable[str], b: Iterable[str]) -> float:
+    """Jaccard similarity of two feature sets."""
+    sa, sb = set(a), set(b)
+    if not sa and not sb:
+        return 1.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def entry_id(section: str, text: str) -> str:
+    """A short stable id: 8 hex of a hash of section and normalized text."""
+    return hashlib.sha256(f"{section}\n{normalize(text)}".encode()).hexdigest()[:8]
+
+
+def clean_text(text: str) -> str:
+    """One line of entry text; empty text is an error."""
+    one_line = " ".join(text.split())
+    if not one_line:
+        raise MemoryStoreError("memory entry text is empty")
+    return one_line
+
+
+def check_section(section: str) -> str:
+    if section not in SECTIONS:
+        raise MemoryStoreError(f"unknown section {section!r}; use one of: {', '.join(SECTIONS)}")
+    return section
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Entry:
+    section: str
+    text: str
+    date: str | None = None
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            object.__setattr__(self, "id", entry_id(self.section, self.text))
+
+    def render(self) -> str:
+        return f"- {self.text} [{self.date}]" if self.date else f"- {self.text}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Line:
+    """One line of MEMORY.md: the raw text, and the entry it holds if it is one."""
+
+    raw: str
+    entry: Entry | None = None
+
+
+@dataclass
+class Section:
+    heading: str | None  # None for the preamble before the first `## `
+    name: str | None
+    lines: list[Line] = field(default_factory=list)
+
+
+@dataclass
+class MemoryFile:
+    """A parsed MEMORY.md that renders back every line it did not change."""
+
+    sections: list[Section]
+    newline: str = "\n"
+
+    @classmethod
+    def parse(cls, text: str) -> MemoryFile:
+        newline = "\r\n" if "\r\n" in text else "\n"
+        sections = [Section(None, None)]
+        for raw in _split_lines(text, newline):
+            heading = _HEADING.match(raw)
+            if heading:
+                sections.append(Section(raw, heading.group("name")))
+                continue
+            sections[-1].lines.append(Line(raw, _parse_entry(sections[-1].name, raw)))
+        return cls(sections, newline)
+
+    def render(self) -> str:
+        out: list[str] = []
+        for section in self.sections:
+            if section.heading is not None:
+                out.append(section.heading)
+            out.extend(line.raw for line in section.lines)
+        return self.newline.join(out) + self.newline if out else ""
+
+    def entries(self) -> list[Entry]:
+        return [line.entry for s in self.sections for line in s.lines if line.entry]
+
+    def add(self, entry: Entry) -> None:
+        """Add `entry` after the last non-blank line of its section (created if missing)."""
+        section = self._section(entry.section)
+        new = Line(entry.render(), entry)
+        lines = section.lines
+        last = max((i for i, line in enumerate(lines) if line.raw.strip()), default=-1)
+        if last >= 0:
+            lines.insert(last + 1, new)
+            return
+        trailing = [Line("")] if section is not self.sections[-1] else []
+        section.lines = [Line(""), new, *trailing]
+
+    def remove(self, ids: set[str]) -> list[Entry]:
+        removed: list[Entry] = []
+        for section in self.sections:
+            kept = []
+            for line in section.lines:
+                if line.entry and line.entry.id in ids:
+                    removed.append(line.entry)
+                else:
+                    kept.append(line)
+            section.lines = kept
+        return removed
+
+    def _section(self, name: str) -> Section:
+        for section in self.sections:
+            if section.name == name:
+                return section
+        return self._create_section(name)
+
+    def _create_section(self, name: str) -> Section:
+        if len(self.sections) == 1 and not any(line.raw.strip() for line in self.sections[0].lines):
+            self.sections[0].lines = [Line("# Project Memory"), Line("")]
+        new = Section(f"## {name}", name)
+        order = SECTIONS.index(name)
+        later = [
+            i
+            for i, s in enumerate(self.sections)
+            if s.name in SECTIONS and SECTIONS.index(s.name) > order
+        ]
+        at = later[0] if later else len(self.sections)
+        previous = self.sections[at - 1]
+        ends_in_text = bool(previous.lines) and bool(previous.lines[-1].raw.strip())
+        bare_heading = not previous.lines and previous.heading is not None
+        if ends_in_text or bare_heading:
+            previous.lines.append(Line(""))
+        self.sections.insert(at, new)
+        return new
+
+
+def _split_lines(text: str, newline: str) -> list[str]:
+    """Split on the file's own line ending only (not on every unicode line break)."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if newline == "\r\n":
+        lines = [line.removesuffix("\r") for line in lines]
+    return lines
+
+
+def _parse_entry(section: str | None, raw: str) -> Entry | None:
+    if section not in SECTIONS:
+        return None
+    bullet = _BULLET.match(raw)
+    if not bullet or not bullet.group("body"):
+        return None
+    body = bullet.group("body")
+    dated = _DATED.match(body)
+    if dated and dated.group("text"):
+        return Entry(section, dated.group("text"), dated.group("date"))
+    return Entry(section, body)
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    stored: bool
+    reason: str
+    entry: Entry
+    similar_to: Entry | None = None
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class ChangeResult:
+    """What forget/cleanup matched, and whether it was removed (False for a preview)."""
+
+    matched: list[Entry]
+    removed: bool
+
+    @property
+    def count(self) -> int:
+        return len(self.matched)
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    added: int
+    duplicates: int
+    skipped: list[StoreResult] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- the store
+
+
+class MemoryStore:
+    """MEMORY.md and notes.md in one memory directory (a project's `.deep-memory/`)."""
+
+    def __init__(self, root_dir: Path, similarity_threshold: float = DEFAULT_SIMILARITY) -> None:
+        self.root = Path(root_dir)
+        self.threshold = similarity_threshold
+
+    @property
+    def memory_path(self) -> Path:
+        return self.root / MEMORY_FILE
+
+    @property
+    def notes_path(self) -> Path:
+        return self.root / NOTES_FILE
+
+    def load(self) -> MemoryFile:
+        return MemoryFile.parse(read_text(self.memory_path))
+
+    # -- store
+
+    def store(self, section: str, text: str, today: date | str | None = None) -> StoreResult:
+        entry = Entry(check_section(section), clean_text(text), _day(today))
+        results: list[StoreResult] = []
+
+        def edit(old: str) -> str:
+            doc = MemoryFile.parse(old)
+            result = self._check(entry, doc.entries())
+            results.append(result)
+            if result.stored:
+                doc.add(entry)
+                return doc.render()
+            return old
+
+        self._update(self.memory_path, edit)
+        return results[-1]
+
+    def _check(self, entry: Entry, existing: list[Entry], near: bool = True) -> StoreResult:
+        key = normalize(entry.text)
+        for other in existing:
+            if normalize(other.text) == key:
+                where = f"in {other.section}" if other.section != entry.section else "already"
+                reason = f"exact duplicate of [{other.id}] {where}: {other.text!r}"
+                return StoreResult(False, reason, entry, other, 1.0)
+        if near:
+            best, score = self._most_similar(entry, existing)
+            if best is not None and score >= self.threshold:
+                reason = (
+                    f"near-duplicate of [{best.id}] ({score:.2f} >= {self.threshold:.2f}): "
+                    f"{best.text!r}"
+                )
+                return StoreResult(False, reason, entry, best, score)
+        return StoreResult(True, "stored", entry)
+
+    def _most_similar(self, entry: Entry, existing: list[Entry]) -> tuple[Entry | None, float]:
+        mine = features(entry.text)
+        best: Entry | None = None
+        best_score = 0.0
+        for other in existing:
+            score = similarity(mine, features(other.text))
+            if score > best_score:
+                best, best_score = other, score
+        return best, best_score
+
+    # -- read
+
+    def list(self, section: str | None = None) -> list[Entry]:
+        if section is not None:
+            check_section(section)
+        return [e for e in self.load().entries() if section is None or e.section == section]
+
+    def get(self, entry_id_: str) -> Entry | None:
+        return next((e for e in self.load().entries() if e.id == entry_id_), None)
+
+    def stats(self) -> dict[str, Any]:
+        entries = self.load().entries()
+        dates = sorted(e.date for e in entries if e.date)
+        return {
+            "path": str(self.memory_path),
+            "entries": len(entries),
+            "sections": {name: sum(e.section == name for e in entries) for name in SECTIONS},
+            "oldest": dates[0] if dates else None,
+            "newest": dates[-1] if dates else None,
+            "notes": len(_NOTE_HASH.findall(read_text(self.notes_path))),
+            "bytes": len(read_text(self.memory_path).encode()),
+        }
+
+    # -- forget / cleanup
+
+    def forget(self, ids_or_query: str | Iterable[str], confirm: bool = False) -> ChangeResult:
+        """Entries matching ids (or a text query); removed only when `confirm` is true."""
+        matcher = _forget_matcher(ids_or_query)
+        return self._remove_where(matcher, dry_run=not confirm)
+
+    def cleanup(
+        self,
+        older_than_days: int | None = None,
+        section: str | None = None,
+        ids: Iterable[str] | None = None,
+        dry_run: bool = True,
+        today: date | str | None = None,
+    ) -> ChangeResult:
+        """Entries matching every given criterion; removed only when `dry_run` is false."""
+        if older_than_days is None and section is None and ids is None:
+            raise MemoryStoreError("cleanup needs older_than_days, section or ids")
+        if section is not None:
+            check_section(section)
+        cutoff = None
+        if older_than_days is not None:
+            cutoff = (date.fromisoformat(_day(today)) - timedelta(days=older_than_days)).isoformat()
+        wanted = set(ids) if ids is not None else None
+
+        def matches(entry: Entry) -> bool:
+            if section is not None and entry.section != section:
+                return False
+            if wanted is not None and entry.id not in wanted:
+                return False
+            return cutoff is None or (entry.date is not None and entry.date < cutoff)
+
+        return self._remove_where(matches, dry_run)
+
+    def _remove_where(self, matches: Callable[[Entry], bool], dry_run: bool) -> ChangeResult:
+        if dry_run:
+            return ChangeResult([e for e in self.load().entries() if matches(e)], False)
+        removed: list[list[Entry]] = []
+
+        def edit(old: str) -> str:
+            doc = MemoryFile.parse(old)
+            ids = {e.id for e in doc.entries() if matches(e)}
+            removed.append(doc.remove(ids))
+            return doc.render() if ids else old
+
+        self._update(self.memory_path, edit)
+        return ChangeResult(removed[-1], bool(removed[-1]))
+
+    # -- export / import
+
+    def export_json(self) -> str:
+        data = {"version": 1, "entries": [e.to_dict() for e in self.list()]}
+        return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+    def export_markdown(self) -> str:
+        doc = MemoryFile.parse("")
+        for entry in self.list():
+            doc.add(entry)
+        return doc.render()
+
+    def import_(self, data: str, force: bool = False) -> ImportResult:
+        """Add entries from a JSON or Markdown export.
+
+        Exact and near duplicates are skipped and counted; `force` adds near duplicates too
+        (exact duplicates would share an id, so they are always skipped).
+        """
+        incoming = _parse_import(data)
+        results: list[ImportResult] = []
+
+        def edit(old: str) -> str:
+            doc = MemoryFile.parse(old)
+            skipped: list[StoreResult] = []
+            added = 0
+            for entry in incoming:
+                result = self._check(entry, doc.entries(), near=not force)
+                if result.stored:
+                    doc.add(entry)
+                    added += 1
+                else:
+                    skipped.append(result)
+            results.append(ImportResult(added, len(skipped), skipped))
+            return doc.render() if added else old
+
+        self._update(self.memory_path, edit)
+        return results[-1]
+
+    # -- notes
+
+    def capture_note(self, session_id: str, text: str, when: datetime) -> bool:
+        """Append a keyword capture to notes.md; False when the same text is already there."""
+        body = text.strip()
+        if not body:
+            raise MemoryStoreError("note text is empty")
+        digest = hashlib.sha256(normalize(body).encode()).hexdigest()[:8]
+        heading = f"## {when.isoformat()} (session {session_id[:8]}) [{digest}]"
+        added: list[bool] = []
+
+        def edit(old: str) -> str:
+            if digest in _NOTE_HASH.findall(old):
+                added.append(False)
+                return old
+            added.append(True)
+            newline = "\r\n" if "\r\n" in old else "\n"
+            prefix = old if not old or old.endswith(newline) else old + newline
+            sep = newline if prefix else ""
+            block = newline.join([heading, "", *body.splitlines()]) + newline
+            return prefix + sep + block
+
+        self._update(self.notes_path, edit)
+        return added[-1]
+
+    def notes(self) -> str:
+        return read_text(self.notes_path)
+
+    def _update(self, path: Path, edit: Callable[[str], str]) -> None:
+        locked_update(path, edit)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _day(value: date | str | None) -> str:
+    if value is None:
+        return date.today().isoformat()
+    if isinstance(value, datetime):
+        return value.date().isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    return date.fromisoformat(value).isoformat()
+
+
+def _forget_matcher(ids_or_query: str | Iterable[str]) -> Callable[[Entry], bool]:
+    if isinstance(ids_or_query, str):
+        query = ids_or_query.strip()
+        if not query:
+            raise MemoryStoreError("forget needs ids or a query")
+        needle = normalize(query)
+        return lambda e: e.id == query or needle in normalize(e.text)
+    ids = set(ids_or_query)
+    if not ids:
+        raise MemoryStoreError("forget needs ids or a query")
+    return lambda e: e.id in ids
+
+
+def _parse_import(data: str) -> list[Entry]:
+    stripped = data.lstrip("\ufeff \t\r\n")
+    if stripped.startswith(("{", "[")):
+        return _entries_from_json(json.loads(stripped))
+    return MemoryFile.parse(data).entries()
+
+
+def _entries_from_json(payload: Any) -> list[Entry]:
+    items = payload.get("entries", []) if isinstance(payload, dict) else payload
+    if not isinstance(items, list):
+        raise MemoryStoreError("JSON import needs a list of entries or {'entries': [...]}")
+    out: list[Entry] = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise MemoryStoreError(f"not an entry: {item!r}")
+        section = check_section(str(item.get("section", "")))
+        raw_date = item.get("date")
+        out.append(Entry(section, clean_text(str(item.get("text", ""))), _opt_day(raw_date)))
+    return out
+
+
+def _opt_day(value: Any) -> str | None:
+    return None if value in (None, "") else _day(str(value))
