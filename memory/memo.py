@@ -62,6 +62,10 @@ class MemoStore:
         self._live[session_id] = memo
         return memo
 
+    def forget_live(self, session_id: str) -> None:
+        """Drop the in-process copy; the next ``load`` reads what was really saved."""
+        self._live.pop(session_id, None)
+
     def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
         self.db.execute("BEGIN")
         try:

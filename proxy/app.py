@@ -468,7 +468,7 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
         health.report("state_db", f"cannot open the state database in {settings.data_dir}: {exc}")
         stores = open_stores(settings, in_memory=True)
     if transforms is None:
-        transforms = build_transforms(settings, stores)
+        transforms = build_transforms(settings, stores, health)
     state = ProxyState(settings, stores, transforms, health=health)
     app[STATE] = state
     app.router.add_get("/", index_handler)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import sqlite3
+from dataclasses import dataclass
 
 from compressors.pipeline import CompressionResult, CompressionSettings, compress
 from compressors.registry import DEFAULT_PROTECTED_TOOLS
@@ -11,6 +12,7 @@ from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
 from memory.memo import MemoStore
 from proxy.config import Settings
+from proxy.health import Health
 from proxy.pipeline import RequestContext, Transform
 from proxy.sessions import RequestKind
 
@@ -37,7 +39,7 @@ class CompressionStage:
     memos: MemoStore
     originals: OriginalStore
     cache_ttl: float = 300.0
-    totals: dict[str, int] = field(default_factory=dict)
+    health: Health | None = None
 
     def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
         if context.kind in SKIPPED_KINDS:
@@ -45,10 +47,20 @@ class CompressionStage:
         memo = self.memos.load(context.session_id)
         cold = context.idle_seconds is not None and context.idle_seconds > self.cache_ttl
         result: CompressionResult = compress(conversation, memo, self.settings, cache_cold=cold)
-        if result.originals:
-            self.originals.put_many(result.originals)
-        if result.decisions or result.event:
-            self.memos.save(context.session_id, memo, result.decisions)
+        try:
+            if result.originals:
+                self.originals.put_many(result.originals)
+            if result.decisions or result.event:
+                self.memos.save(context.session_id, memo, result.decisions)
+        except (sqlite3.Error, OSError) as exc:
+            # Nothing may point at an original that was not kept: forget this request's
+            # decisions (the memo reloads from disk) and let the hook forward the original.
+            self.memos.forget_live(context.session_id)
+            if self.health is not None:
+                self.health.report("state_db_writes", f"cannot write the state database: {exc}")
+            raise
+        if self.health is not None:
+            self.health.clear("state_db_writes")
         context.reports[REPORT] = result
         return result.changed
 
@@ -66,10 +78,12 @@ def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
     return Stores(originals, MemoStore(db))
 
 
-def build_transforms(settings: Settings, stores: Stores) -> list[Transform]:
+def build_transforms(
+    settings: Settings, stores: Stores, health: Health | None = None
+) -> list[Transform]:
     if not settings.compress:
         return []
     stage = CompressionStage(
-        compression_settings(settings), stores.memos, stores.originals, settings.cache_ttl
+        compression_settings(settings), stores.memos, stores.originals, settings.cache_ttl, health
     )
     return [stage]

@@ -99,3 +99,31 @@ async def test_compression_off_is_a_pure_relay(start_proxy, upstream: FakeUpstre
     async with client.post(proxy.url + "/v1/chat/completions", data=body) as response:
         await response.read()
     assert upstream.requests[-1].body == body
+
+
+async def test_disk_full_fails_open_and_is_reported(proxy, upstream, client):
+    import sqlite3
+
+    def disk_full(originals):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    store = proxy.state.stores.originals
+    working = store.put_many
+    store.put_many = disk_full
+    messages = session_messages(3)
+    await _post(client, proxy, messages, session="ses_full")
+    assert orjson.loads(upstream.requests[-1].body)["messages"] == messages  # original bytes
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 503
+        assert "disk is full" in (await response.json())["problems"]["state_db_writes"]
+    assert proxy.state.sessions.get("ses_full").tally.fail_opens == 1
+
+    store.put_many = working  # the disk has room again
+    await _post(client, proxy, messages, session="ses_full")
+    sent = orjson.loads(upstream.requests[-1].body)["messages"]
+    keys = [key for m in sent for key in marker_keys(m.get("content") or "")]
+    assert keys, "the session is compressed again once the disk has room"
+    for key in keys:
+        assert store.get(key) is not None  # every marker sent has its original kept
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 200
