@@ -80,7 +80,6 @@ class Conversation:
     dialect: Dialect
     body: JsonObject
     items: list[Item] = field(default_factory=list)
-    message_count: int = 0
     last_user_message: int = -1
 
     @property
@@ -183,7 +182,6 @@ def _walk_openai_chat(conversation: Conversation) -> None:
                 _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, message, "content")
             for item in items[start:]:
                 item.call_id, item.tool_name = call_id, name
-    conversation.message_count = len(messages)
 
 
 def _walk_anthropic(conversation: Conversation) -> None:
@@ -241,7 +239,6 @@ def _walk_anthropic(conversation: Conversation) -> None:
                     items.append(
                         Item(Kind.TOOL_CALL, Role.ASSISTANT, index, block, "input", call_id, name)
                     )
-    conversation.message_count = len(messages)
 
 
 def _walk_responses(conversation: Conversation) -> None:
@@ -253,7 +250,6 @@ def _walk_responses(conversation: Conversation) -> None:
     if isinstance(entries, str):
         items.append(Item(Kind.TEXT, Role.USER, 0, body, "input"))
         conversation.last_user_message = 0
-        conversation.message_count = 1
         return
     if not isinstance(entries, list):
         raise ValueError("responses body has no 'input'")
@@ -286,4 +282,3 @@ def _walk_responses(conversation: Conversation) -> None:
             _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, entry, "output")
             for item in items[start:]:
                 item.call_id, item.tool_name = call_id, call_names.get(call_id)
-    conversation.message_count = len(entries)
