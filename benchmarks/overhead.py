@@ -35,7 +35,11 @@ import aiohttp
 import orjson
 
 HERE = Path(__file__).resolve().parent
-CORPUS = Path(os.environ.get("DEEPMEM_CORPUS", "/work/shared/corpus/data"))
+CORPUS = Path(
+    os.environ.get(
+        "DEEPMEM_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "data"
+    )
+)
 PATH = "/v1/chat/completions"
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
 LARGE_BODY_BYTES = 400_000  # ~100K tokens at ~4 characters a token
