@@ -106,6 +106,81 @@ class Conversation:
     def count(self, kind: Kind) -> int:
         return sum(1 for item in self.items if item.kind is kind)
 
+    def user_messages(self) -> list[tuple[int, str]]:
+        """``(message index, text)`` of each user message that starts a turn, in order.
+
+        For Anthropic a user message that carries tool results continues the tool loop, so it
+        is left out even when the client put text beside the results.
+        """
+        by_message: dict[int, list[str]] = {}
+        for item in self.items:
+            if item.role is Role.USER and item.kind is Kind.TEXT:
+                by_message.setdefault(item.message, []).append(item.text)
+        carries_results = {item.message for item in self.items if item.kind is Kind.TOOL_RESULT}
+        return [
+            (index, "\n".join(parts))
+            for index, parts in sorted(by_message.items())
+            if index not in carries_results
+        ]
+
+    def append_to_system(self, text: str) -> bool:
+        """Add ``text`` after the system prompt; False when the request has none to extend.
+
+        The added text comes after every existing byte of the prompt and carries no
+        ``cache_control``, so an Anthropic breakpoint count never grows.
+        """
+        body = self.body
+        if self.dialect is Dialect.ANTHROPIC:
+            if "system" not in body or body["system"] in (None, ""):
+                body["system"] = text
+                return True
+            return _append_content(body, "system", text, "text")
+        if self.dialect is Dialect.OPENAI_RESPONSES:
+            if isinstance(body.get("instructions"), str) and body["instructions"]:
+                body["instructions"] += "\n\n" + text
+                return True
+            entries = body.get("input")
+            holder_list = entries if isinstance(entries, list) else []
+            kind = "input_text"
+        else:
+            holder_list = body.get("messages") or []
+            kind = "text"
+        last_system = None
+        for message in holder_list:
+            if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+                break
+            last_system = message
+        if last_system is None or "content" not in last_system:
+            return False
+        return _append_content(last_system, "content", text, kind)
+
+    def append_to_message(self, index: int, text: str) -> bool:
+        """Add ``text`` at the end of wire message ``index`` (a user message)."""
+        body = self.body
+        if self.dialect is Dialect.OPENAI_RESPONSES:
+            entries = body.get("input")
+            if isinstance(entries, str):
+                body["input"] = entries + "\n\n" + text
+                return True
+            holder_list, kind = entries if isinstance(entries, list) else [], "input_text"
+        else:
+            holder_list, kind = body.get("messages") or [], "text"
+        if not 0 <= index < len(holder_list) or not isinstance(holder_list[index], dict):
+            return False
+        return _append_content(holder_list[index], "content", text, kind)
+
+
+def _append_content(holder: JsonObject, key: str, text: str, part_type: str) -> bool:
+    """Append to a string content, or add a typed text part to a list of parts."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        holder[key] = value + "\n\n" + text if value else text
+        return True
+    if isinstance(value, list):
+        value.append({"type": part_type, "text": text})
+        return True
+    return False
+
 
 def parse_conversation(dialect: Dialect, body: object) -> Conversation:
     """Build the view of a parsed request body; raise ``ValueError`` if it is not a chat body."""

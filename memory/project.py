@@ -57,7 +57,7 @@ def explain_project_dir(
     ]
     for source, raw in candidates:
         if raw is not None and raw.strip():
-            return _check_candidate(source, raw.strip(), allowed_roots)
+            return check_project_dir(source, raw.strip(), allowed_roots)
     return Resolution(None, None, "no project directory in config, header or system prompt")
 
 
@@ -71,7 +71,9 @@ def resolve_project_dir(
     return explain_project_dir(configured, header, system_prompt, allowed_roots).path
 
 
-def _check_candidate(source: str, raw: str, allowed_roots: list[Path]) -> Resolution:
+def check_project_dir(source: str, raw: str, allowed_roots: list[Path]) -> Resolution:
+    """Accept ``raw`` (named by ``source``) only as an existing directory under a root."""
+
     def refuse(why: str) -> Resolution:
         return Resolution(None, source, f"{source} project directory {raw!r} refused: {why}")
 

@@ -3,33 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
-import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
 from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
+from memory.project import PROJECT_HEADER
 from proxy import __version__
-from proxy.compression import REPORT, Stores, build_transforms, open_stores
+from proxy.admin import admin_allowed, forbidden, json_response
+from proxy.compression import REPORT
 from proxy.config import Settings, Upstream
 from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers
-from proxy.mcp import mcp_post
+from proxy.mcp import ToolContext, mcp_post
+from proxy.memory_api import MemoryService, memory_service
+from proxy.memory_http import memory_handler
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, SessionRegistry
+from proxy.stages import Stores, build_transforms, open_stores
 
 log = logging.getLogger("deepmem.proxy")
 access_log = logging.getLogger("deepmem.access")
@@ -39,6 +41,7 @@ access_log = logging.getLogger("deepmem.access")
 class ProxyState:
     settings: Settings
     stores: Stores
+    memory: MemoryService
     transforms: list[Transform]
     metrics: Metrics = field(default_factory=Metrics)
     health: Health = field(default_factory=Health)
@@ -55,14 +58,6 @@ class ProxyState:
 STATE: web.AppKey[ProxyState] = web.AppKey("deepmem_state", ProxyState)
 
 
-def _json(data: object, status: int = 200) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(data, option=orjson.OPT_INDENT_2),
-        status=status,
-        content_type="application/json",
-    )
-
-
 def _error(style: Dialect, status: int, message: str, error_type: str, code: str) -> web.Response:
     return web.Response(
         body=error_body(style, message, error_type, code),
@@ -71,43 +66,10 @@ def _error(style: Dialect, status: int, message: str, error_type: str, code: str
     )
 
 
-def _is_loopback(remote: str | None) -> bool:
-    if not remote:
-        return False
-    try:
-        return ipaddress.ip_address(remote.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def _admin_allowed(request: web.Request, settings: Settings) -> bool:
-    token = settings.admin_token
-    if token:
-        given = request.headers.get("Authorization", "")
-        if given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip(), token):
-            return True
-    return _is_loopback(request.remote)
-
-
-def _forbidden() -> web.Response:
-    return _json(
-        {
-            "error": {
-                "message": "admin endpoints answer loopback clients only; configure an admin "
-                "token (--admin-token / DEEP_MEMORY_ADMIN_TOKEN) and send it as "
-                "'Authorization: Bearer TOKEN' to reach them from elsewhere",
-                "type": "forbidden",
-                "code": "admin_only",
-            }
-        },
-        status=403,
-    )
-
-
 async def health_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
     problems = state.health.problems()
-    return _json(
+    return json_response(
         {
             "status": "degraded" if problems else "ok",
             "version": __version__,
@@ -122,8 +84,8 @@ async def health_handler(request: web.Request) -> web.Response:
 
 async def stats_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not _admin_allowed(request, state.settings):
-        return _forbidden()
+    if not admin_allowed(request, state.settings):
+        return forbidden()
     snapshot = state.sessions.snapshot()
     snapshot["totals"]["active_streams"] = int(
         sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
@@ -134,13 +96,13 @@ async def stats_handler(request: web.Request) -> web.Response:
     snapshot["totals"]["non_json_bodies"] = int(
         state.metrics.counter_total("deepmem_non_json_bodies_total")
     )
-    return _json({"version": __version__, "started_at": state.started_at, **snapshot})
+    return json_response({"version": __version__, "started_at": state.started_at, **snapshot})
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not _admin_allowed(request, state.settings):
-        return _forbidden()
+    if not admin_allowed(request, state.settings):
+        return forbidden()
     return web.Response(
         text=state.metrics.render(),
         content_type="text/plain",
@@ -151,13 +113,13 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 async def expand_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not _admin_allowed(request, state.settings):
-        return _forbidden()
+    if not admin_allowed(request, state.settings):
+        return forbidden()
     try:
         start = int(request.query["start_line"]) if "start_line" in request.query else None
         end = int(request.query["end_line"]) if "end_line" in request.query else None
     except ValueError:
-        return _json(
+        return json_response(
             {
                 "error": {
                     "message": "start_line and end_line must be integers",
@@ -169,7 +131,7 @@ async def expand_handler(request: web.Request) -> web.Response:
         )
     result = expand(state.stores.originals, request.match_info["key"], start, end)
     if result.content is None:
-        return _json(
+        return json_response(
             {"error": {"message": result.error, "type": "not_found", "code": "unknown_key"}},
             status=404,
         )
@@ -184,8 +146,8 @@ async def expand_handler(request: web.Request) -> web.Response:
 
 async def mcp_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not _admin_allowed(request, state.settings):
-        return _forbidden()
+    if not admin_allowed(request, state.settings):
+        return forbidden()
     if request.method != "POST":
         return web.Response(status=405, headers={"Allow": "POST"})
 
@@ -194,19 +156,28 @@ async def mcp_handler(request: web.Request) -> web.Response:
         if tool == "deep_expand" and not failed:
             state.metrics.inc("deepmem_expands_total", via="mcp")
 
-    response = await mcp_post(request, state.stores.originals, counted)
+    endpoint_project = request.query.get("project") or request.headers.get(PROJECT_HEADER)
+    context = ToolContext(state.stores.originals, state.memory, endpoint_project or None)
+    response = await mcp_post(request, context, counted)
     state.metrics.inc("deepmem_mcp_requests_total", status=str(response.status))
     return response
 
 
 async def index_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return _json(
+    return json_response(
         {
             "name": "deepmem",
             "version": __version__,
             "upstreams": {f"/{u.prefix}/": u.url for u in state.settings.upstreams},
-            "endpoints": ["/health", "/stats", "/metrics", "/expand/{key}", "/mcp"],
+            "endpoints": [
+                "/health",
+                "/stats",
+                "/metrics",
+                "/expand/{key}",
+                "/mcp",
+                "/memory/{search,list,stats,export,store,forget,import,cleanup}",
+            ],
         }
     )
 
@@ -443,6 +414,7 @@ async def _housekeeping(state: ProxyState) -> None:
         try:
             purged = state.stores.originals.purge_expired()
             pruned = state.stores.memos.prune()
+            pruned += state.stores.injections.prune(state.settings.retention_days)
             if purged or pruned:
                 log.info("housekeeping: %d expired originals, %d old session memos", purged, pruned)
             state.health.clear("state_db_housekeeping")
@@ -467,9 +439,10 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
         # Keep serving: originals live in memory until the data dir is fixed and we restart.
         health.report("state_db", f"cannot open the state database in {settings.data_dir}: {exc}")
         stores = open_stores(settings, in_memory=True)
+    memory = memory_service(settings)
     if transforms is None:
-        transforms = build_transforms(settings, stores, health)
-    state = ProxyState(settings, stores, transforms, health=health)
+        transforms = build_transforms(settings, stores, memory, health)
+    state = ProxyState(settings, stores, memory, transforms, health=health)
     app[STATE] = state
     app.router.add_get("/", index_handler)
     app.router.add_get("/health", health_handler)
@@ -477,6 +450,13 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/expand/{key}", expand_handler)
     app.router.add_route("*", "/mcp", mcp_handler)
+
+    def count_memory_call(operation: str, status: int) -> None:
+        state.metrics.inc("deepmem_memory_calls_total", operation=operation, status=str(status))
+
+    app.router.add_route(
+        "*", "/memory/{operation}", memory_handler(memory, settings, count_memory_call)
+    )
     app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)

@@ -9,11 +9,10 @@ from compressors.pipeline import CompressionResult, CompressionSettings, compres
 from compressors.registry import DEFAULT_PROTECTED_TOOLS
 from compressors.view import Conversation
 from memory.ccr import OriginalStore
-from memory.db import DB_NAME, open_database
 from memory.memo import MemoStore
 from proxy.config import Settings
 from proxy.health import Health
-from proxy.pipeline import RequestContext, Transform
+from proxy.pipeline import RequestContext
 from proxy.sessions import RequestKind
 
 REPORT = "compression"
@@ -63,27 +62,3 @@ class CompressionStage:
             self.health.clear("state_db_writes")
         context.reports[REPORT] = result
         return result.changed
-
-
-@dataclass
-class Stores:
-    originals: OriginalStore
-    memos: MemoStore
-
-
-def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
-    db = open_database(None if in_memory else settings.data_dir / DB_NAME)
-    originals = OriginalStore(db, retention_days=settings.retention_days)
-    originals.purge_expired()
-    return Stores(originals, MemoStore(db))
-
-
-def build_transforms(
-    settings: Settings, stores: Stores, health: Health | None = None
-) -> list[Transform]:
-    if not settings.compress:
-        return []
-    stage = CompressionStage(
-        compression_settings(settings), stores.memos, stores.originals, settings.cache_ttl, health
-    )
-    return [stage]

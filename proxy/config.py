@@ -93,6 +93,20 @@ def _choice(*allowed: str) -> Callable[[object], str]:
     return parse
 
 
+def _parse_fraction(raw: object) -> float:
+    value = float(raw)  # type: ignore[arg-type]
+    if not 0 < value <= 1:
+        raise ValueError(f"must be greater than 0 and at most 1, got {raw!r}")
+    return value
+
+
+def _parse_dir_name(raw: object) -> str:
+    text = str(raw).strip()
+    if not text or text in (".", "..") or "/" in text or "\\" in text or "\x00" in text:
+        raise ValueError(f"must be a plain directory name, got {raw!r}")
+    return text
+
+
 def _parse_str(raw: object) -> str:
     return str(raw)
 
@@ -191,8 +205,9 @@ OPTIONS: tuple[Option, ...] = (
         "admin_token",
         _parse_optional_str,
         None,
-        "Token that admin endpoints (/stats, /metrics) accept as 'Authorization: Bearer "
-        "TOKEN' from any address. Without it they answer loopback clients only.",
+        "Token that admin endpoints (/stats, /metrics, /expand, /mcp, /memory) accept as "
+        "'Authorization: Bearer TOKEN' from any address. Without it they answer loopback "
+        "clients only.",
         "TOKEN",
     ),
     Option(
@@ -257,6 +272,107 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "project_dir",
+        _parse_optional_str,
+        None,
+        "Project whose .deep-memory/ every request uses, instead of the X-Deep-Memory-Project "
+        "header or the 'Working directory:' line of OpenCode's system prompt. It must still lie "
+        "under an allowed root.",
+        "DIR",
+    ),
+    Option(
+        "allowed_roots",
+        _parse_list,
+        [],
+        "Directories under which a project's .deep-memory/ may be read and written; a request "
+        "naming a directory elsewhere gets no project memory. Empty: the user's home.",
+        "DIR,...",
+    ),
+    Option(
+        "memory_dir_name",
+        _parse_dir_name,
+        ".deep-memory",
+        "Name of the memory directory inside a project.",
+        "NAME",
+    ),
+    Option(
+        "memory_inject",
+        _parse_bool,
+        True,
+        "Put project memory in front of the model: a stable block of constraints and decisions "
+        "in the system prompt, and search hits beside each new user message.",
+        "BOOL",
+    ),
+    Option(
+        "memory_captures",
+        _parse_bool,
+        True,
+        "Keep user text that asks to be remembered ('remember', 'important:', '记住', ...) in "
+        "the project's notes.md.",
+        "BOOL",
+    ),
+    Option(
+        "memory_nudges",
+        _parse_bool,
+        True,
+        "Remind the model to call memory_store after a turn that settled a decision, stated a "
+        "constraint or fixed an error, and to store what matters when the context grows large. "
+        "Only when the request offers a memory_store tool.",
+        "BOOL",
+    ),
+    Option(
+        "memory_similarity",
+        _parse_fraction,
+        0.85,
+        "Similarity (0..1, Jaccard of search tokens) at or above which a new memory entry is "
+        "refused as a near-duplicate of an existing one.",
+        "RATIO",
+    ),
+    Option(
+        "memory_tokenizer",
+        _choice("bigram", "jieba"),
+        "bigram",
+        "How memory search cuts Chinese/Japanese/Korean text: single characters plus bigrams, "
+        "or jieba words.",
+        "MODE",
+    ),
+    Option(
+        "memory_stable_tokens",
+        _parse_non_negative_int,
+        600,
+        "Token budget of the stable block in the system prompt (0: no stable block).",
+        "TOKENS",
+    ),
+    Option(
+        "memory_recall_tokens",
+        _parse_non_negative_int,
+        400,
+        "Token budget of the search hits added beside a new user message (0: no hits).",
+        "TOKENS",
+    ),
+    Option(
+        "memory_first_recall_tokens",
+        _parse_non_negative_int,
+        1000,
+        "Token budget of the hits on the first user message of a session.",
+        "TOKENS",
+    ),
+    Option(
+        "nudge_cooldown_turns",
+        _parse_non_negative_int,
+        5,
+        "User turns after a nudge before the same kind of nudge may be given again.",
+        "TURNS",
+    ),
+    Option(
+        "pressure_nudge_tokens",
+        _parse_non_negative_int,
+        150_000,
+        "Request size in tokens at which the model is nudged to store what matters before the "
+        "context is compacted (0: never).",
+        "TOKENS",
+    ),
+    Option(
         "max_sessions",
         _parse_positive_int,
         1000,
@@ -302,6 +418,19 @@ class Settings:
     protected_tools: tuple[str, ...] = ()
     retention_days: float = 30.0
     cache_ttl: float = 300.0
+    project_dir: Path | None = None
+    allowed_roots: tuple[Path, ...] = ()
+    memory_dir_name: str = ".deep-memory"
+    memory_inject: bool = True
+    memory_captures: bool = True
+    memory_nudges: bool = True
+    memory_similarity: float = 0.85
+    memory_tokenizer: str = "bigram"
+    memory_stable_tokens: int = 600
+    memory_recall_tokens: int = 400
+    memory_first_recall_tokens: int = 1000
+    nudge_cooldown_turns: int = 5
+    pressure_nudge_tokens: int = 150_000
     config_file: Path | None = None
 
     @property
@@ -371,6 +500,8 @@ def _describe_default(option: Option) -> str:
         return "$XDG_DATA_HOME/deepmem, else ~/.local/share/deepmem"
     if option.name == "upstream":
         return "the embedded upstreams"
+    if option.name == "allowed_roots":
+        return "the user's home directory"
     if option.default is None:
         return "unset"
     return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
@@ -427,6 +558,10 @@ def load_settings(
     data_dir = resolved.pop("data_dir") or _default_data_dir()
     for name in ("pressure_thresholds", "protected_tools"):
         resolved[name] = tuple(resolved[name])
+    roots = resolved.pop("allowed_roots") or [str(Path.home())]
+    resolved["allowed_roots"] = tuple(Path(root).expanduser() for root in roots)
+    project_dir = resolved.pop("project_dir")
+    resolved["project_dir"] = Path(project_dir).expanduser() if project_dir else None
     known = {f.name for f in fields(Settings)}
     return Settings(
         upstreams=parse_upstreams(upstream_specs),

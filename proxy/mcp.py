@@ -2,7 +2,13 @@
 
 OpenCode mounts it as a remote MCP server and runs its tools itself: the proxy never
 intercepts streams or injects tools the client cannot execute. Tools are registered in
-``TOOLS``; each handler takes the arguments and returns the text result.
+``TOOLS``; each handler takes the call's context and arguments and returns the text result.
+
+A memory tool call carries no working directory. Its project is chosen by one rule
+(``proxy.projects``): the call's ``project`` argument, else the endpoint's own project
+(``/mcp?project=DIR`` or an ``X-Deep-Memory-Project`` header in the MCP config), else the
+configured ``project_dir``, else the one project of the recently active sessions; when
+several are active the call is refused with their list. Every answer names the project used.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ import orjson
 from aiohttp import web
 
 from memory.ccr import OriginalStore
-from proxy import __version__
+from memory.files import LockTimeout
+from memory.store import SECTIONS
+from proxy import __version__, memory_api
 from proxy.expand import expand
+from proxy.memory_api import MemoryCallError, MemoryService
+from proxy.projects import AmbiguousProject
 
 log = logging.getLogger("deepmem.mcp")
 
@@ -30,14 +40,23 @@ class ToolError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool call can reach: the originals, project memory and the endpoint's project."""
+
+    originals: OriginalStore
+    memory: MemoryService | None = None
+    endpoint_project: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Tool:
     name: str
     description: str
     input_schema: dict[str, Any]
-    run: Callable[[OriginalStore, dict[str, Any]], str]
+    run: Callable[[ToolContext, dict[str, Any]], str]
 
 
-def _deep_expand(store: OriginalStore, arguments: dict[str, Any]) -> str:
+def _deep_expand(context: ToolContext, arguments: dict[str, Any]) -> str:
     key = arguments.get("key")
     if not isinstance(key, str):
         raise ToolError("deep_expand needs 'key', the ccr:… key a deep-memory marker names")
@@ -45,10 +64,94 @@ def _deep_expand(store: OriginalStore, arguments: dict[str, Any]) -> str:
     for name, value in (("start_line", start), ("end_line", end)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ToolError(f"{name} must be a positive line number")
-    result = expand(store, key, start, end)
+    result = expand(context.originals, key, start, end)
     if result.content is None:
         raise ToolError(result.error or "unknown key")
     return result.content.decode("utf-8", "replace")
+
+
+def _memory_call(
+    context: ToolContext, arguments: dict[str, Any], run: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
+    if context.memory is None:
+        raise ToolError("project memory is not available on this proxy")
+    try:
+        memory, choice = context.memory.choose(
+            arguments.get("project"), context.endpoint_project, arguments.get("scope", "project")
+        )
+        return run(memory, choice)
+    except (MemoryCallError, AmbiguousProject) as exc:
+        raise ToolError(str(exc)) from exc
+    except (OSError, LockTimeout) as exc:
+        raise ToolError(f"cannot read or write the memory files: {exc}") from exc
+
+
+def _where(result: dict[str, Any]) -> str:
+    project = result["project"] or "no project (global memory)"
+    return f"{project} [{result['memory_dir']}; chosen by {result['chosen_by']}]"
+
+
+def _memory_search(context: ToolContext, arguments: dict[str, Any]) -> str:
+    result = _memory_call(
+        context,
+        arguments,
+        lambda m, c: memory_api.search(m, c, arguments.get("query"), arguments.get("limit")),
+    )
+    if not result["results"]:
+        return f"No memory matches {result['query']!r} in {_where(result)}."
+    lines = [f"Memory matching {result['query']!r} in {_where(result)}:"]
+    for hit in result["results"]:
+        lines.append(f"## {hit['section']} ({hit['path']}, score {hit['score']:.2f})")
+        for entry in hit["entries"]:
+            dated = f" [{entry['date']}]" if entry["date"] else ""
+            lines.append(f"- {entry['text']}{dated}")
+    return "\n".join(lines)
+
+
+def _memory_store(context: ToolContext, arguments: dict[str, Any]) -> str:
+    result = _memory_call(
+        context,
+        arguments,
+        lambda m, c: memory_api.store(m, c, arguments.get("section"), arguments.get("text")),
+    )
+    entry = result["entry"]
+    if result["stored"]:
+        return f"Stored [{entry['id']}] in {entry['section']} of {_where(result)}."
+    return f"Not stored: {result['reason']} ({_where(result)})."
+
+
+def _memory_forget(context: ToolContext, arguments: dict[str, Any]) -> str:
+    confirm = arguments.get("confirm", False)
+    result = _memory_call(
+        context,
+        arguments,
+        lambda m, c: memory_api.forget(m, c, arguments.get("ids"), arguments.get("query"), confirm),
+    )
+    matched = result["matched"]
+    listing = "\n".join(f"- [{e['id']}] ({e['section']}) {e['text']}" for e in matched)
+    if not matched:
+        return f"Nothing matches in {_where(result)}; nothing was removed."
+    if not result["removed"]:
+        return (
+            f"Preview: {len(matched)} entr{'y' if len(matched) == 1 else 'ies'} would be removed "
+            f"from {_where(result)}:\n{listing}\nNothing was removed. To remove exactly these, "
+            "call memory_forget again with ids set to these ids and confirm: true."
+        )
+    return f"Removed {len(matched)} from {_where(result)}:\n{listing}"
+
+
+_PROJECT_ARGS: dict[str, Any] = {
+    "project": {
+        "type": "string",
+        "description": "absolute path of the project; needed only when the proxy serves "
+        "sessions of several projects at once",
+    },
+    "scope": {
+        "type": "string",
+        "enum": ["project", "global"],
+        "description": "'global' uses the memory shared by all projects",
+    },
+}
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -69,6 +172,53 @@ TOOLS: tuple[Tool, ...] = (
         },
         _deep_expand,
     ),
+    Tool(
+        "memory_search",
+        "Search the project's long-term memory (decisions, constraints, gotchas, facts, notes "
+        "and compaction checkpoints of earlier sessions) with BM25; works for English and "
+        "Chinese. Separate alternative phrasings with '|'.",
+        {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": memory_api.MAX_LIMIT},
+                **_PROJECT_ARGS,
+            },
+            "required": ["query"],
+        },
+        _memory_search,
+    ),
+    Tool(
+        "memory_store",
+        "Save one short, self-contained line to the project's long-term memory so later "
+        "sessions know it: a decision and its reason, a constraint, a gotcha, a fact. "
+        "Duplicates and near-duplicates are refused with the entry they repeat.",
+        {
+            "type": "object",
+            "properties": {
+                "section": {"type": "string", "enum": list(SECTIONS)},
+                "text": {"type": "string"},
+                **_PROJECT_ARGS,
+            },
+            "required": ["section", "text"],
+        },
+        _memory_store,
+    ),
+    Tool(
+        "memory_forget",
+        "Remove entries from the project's long-term memory. Without confirm it only "
+        "previews what matches; call again with the previewed ids and confirm: true to delete.",
+        {
+            "type": "object",
+            "properties": {
+                "ids": {"type": "array", "items": {"type": "string"}},
+                "query": {"type": "string", "description": "text the entries contain"},
+                "confirm": {"type": "boolean", "default": False},
+                **_PROJECT_ARGS,
+            },
+        },
+        _memory_forget,
+    ),
 )
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 
@@ -85,7 +235,7 @@ ToolCallback = Callable[[str, bool], None]  # (tool name, failed)
 
 
 def handle_message(
-    store: OriginalStore, message: Any, on_tool_call: ToolCallback | None = None
+    context: ToolContext, message: Any, on_tool_call: ToolCallback | None = None
 ) -> dict[str, Any] | None:
     """One JSON-RPC message in, its response out (None for notifications)."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -106,7 +256,8 @@ def handle_message(
                 "serverInfo": {"name": "deepmem", "version": __version__},
                 "instructions": "deepmem keeps the originals of compressed context. When a "
                 "message shows a [deep-memory: …] marker and you need what it left out, call "
-                "deep_expand with the marker's key.",
+                "deep_expand with the marker's key. memory_search, memory_store and "
+                "memory_forget read and write the project's long-term memory.",
             },
         )
     if method == "ping":
@@ -130,7 +281,7 @@ def handle_message(
         if not isinstance(arguments, dict):
             return _error(request_id, INVALID_PARAMS, "arguments must be an object")
         try:
-            text, is_error = tool.run(store, arguments), False
+            text, is_error = tool.run(context, arguments), False
         except ToolError as exc:
             text, is_error = str(exc), True
         if on_tool_call is not None:
@@ -142,7 +293,7 @@ def handle_message(
 
 
 async def mcp_post(
-    request: web.Request, store: OriginalStore, on_tool_call: ToolCallback | None = None
+    request: web.Request, context: ToolContext, on_tool_call: ToolCallback | None = None
 ) -> web.Response:
     try:
         payload = orjson.loads(await request.read())
@@ -150,10 +301,10 @@ async def mcp_post(
         return _json(_error(None, PARSE_ERROR, "body is not JSON"), status=400)
     if isinstance(payload, list):
         answers = [
-            a for a in (handle_message(store, m, on_tool_call) for m in payload) if a is not None
+            a for a in (handle_message(context, m, on_tool_call) for m in payload) if a is not None
         ]
         return _json(answers) if answers else web.Response(status=202)
-    answer = handle_message(store, payload, on_tool_call)
+    answer = handle_message(context, payload, on_tool_call)
     if answer is None:
         return web.Response(status=202)
     return _json(answer)

@@ -22,9 +22,10 @@ import orjson
 from compressors.markers import marker_keys
 from compressors.tokens import TokenCounter
 from compressors.view import Dialect, parse_conversation
-from proxy.compression import REPORT, build_transforms, open_stores
+from proxy.compression import REPORT
 from proxy.config import Settings
 from proxy.pipeline import rewrite_request
+from proxy.stages import build_transforms, open_stores
 
 ANTHROPIC = (0.1, 1.25)  # price of a cached token, of an uncached one (relative)
 OPENAI = (0.5, 1.0)

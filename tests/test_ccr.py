@@ -102,8 +102,9 @@ async def test_mcp_initialize_list_and_call(proxy, client):
     assert init["result"]["capabilities"]["tools"] is not None
     assert await _rpc(client, proxy.url, "notifications/initialized", id_=None) is None
     tools = await _rpc(client, proxy.url, "tools/list", id_=2)
-    [tool] = tools["result"]["tools"]
-    assert tool["name"] == "deep_expand" and tool["inputSchema"]["required"] == ["key"]
+    by_name = {tool["name"]: tool for tool in tools["result"]["tools"]}
+    assert set(by_name) == {"deep_expand", "memory_search", "memory_store", "memory_forget"}
+    assert by_name["deep_expand"]["inputSchema"]["required"] == ["key"]
     call = await _rpc(
         client,
         proxy.url,

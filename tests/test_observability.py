@@ -7,7 +7,7 @@ from unittest import mock
 
 from aiohttp.test_utils import make_mocked_request
 
-from proxy.app import _admin_allowed
+from proxy.admin import admin_allowed
 from proxy.config import load_settings
 from proxy.logs import JsonFormatter, body_for_log, redact_headers, redact_text
 
@@ -91,13 +91,13 @@ def _remote_request(address: str, headers: dict[str, str] | None = None):
 def test_admin_endpoints_loopback_only_unless_token():
     no_token = load_settings({}, environ={})
     with_token = load_settings({"admin_token": "s3cret-token"}, environ={})
-    assert _admin_allowed(_remote_request("127.0.0.1"), no_token)
-    assert _admin_allowed(_remote_request("::1"), no_token)
-    assert not _admin_allowed(_remote_request("172.17.0.1"), no_token)
-    assert not _admin_allowed(
+    assert admin_allowed(_remote_request("127.0.0.1"), no_token)
+    assert admin_allowed(_remote_request("::1"), no_token)
+    assert not admin_allowed(_remote_request("172.17.0.1"), no_token)
+    assert not admin_allowed(
         _remote_request("172.17.0.1", {"Authorization": "Bearer x"}), with_token
     )
-    assert _admin_allowed(
+    assert admin_allowed(
         _remote_request("172.17.0.1", {"Authorization": "Bearer s3cret-token"}), with_token
     )
 

@@ -41,9 +41,9 @@ from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Item, Kind, Role, parse_conversation
 from memory.ccr import OriginalStore
 from memory.db import open_database
-from proxy.compression import Stores, build_transforms, open_stores
 from proxy.config import load_settings
 from proxy.pipeline import Outcome, Rewrite, Transform, rewrite_request
+from proxy.stages import Stores, build_transforms, open_stores
 from tests.conftest import ROOT
 from tests.strategies import (
     WORDS,

@@ -1,0 +1,145 @@
+"""The memory each project sees: its own ``.deep-memory/`` plus the global memory directory.
+
+``MemoryCatalog.get(project_dir)`` returns a ``ProjectMemory`` (cached per project) that can
+search every memory file the project can read, list the stable constraints and decisions, and
+store into the project's files (or the global ones when there is no project). Whether a
+project directory may be used at all is decided before, by ``memory.project``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from cachetools import LRUCache
+
+from memory.injection import Line
+from memory.project import DEFAULT_MEMORY_DIRNAME, global_memory_dir, project_memory_dir
+from memory.search import Hit, MemoryIndex
+from memory.store import DEFAULT_SIMILARITY, MEMORY_FILE, NOTES_FILE, MemoryStore, normalize
+from memory.tokenize import TokenizerMode
+
+CHECKPOINT_FILE = "checkpoint.md"
+SESSIONS_DIR = "sessions"
+STABLE_SECTIONS = ("Constraints", "Decisions")
+MAX_QUERY_CHARS = 4000
+
+# Words that carry no topic: left out of recall queries so "how do I fix the tests" does not
+# match every note that says "the".
+_STOPWORDS = re.compile(
+    r"\b(?:a|an|and|are|as|at|be|but|by|can|could|do|does|for|from|have|how|i|if|in|into|is|"
+    r"it|its|me|my|no|not|of|on|or|our|please|so|that|the|then|there|this|to|us|was|we|what|"
+    r"when|where|which|why|will|with|would|you|your)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySettings:
+    dirname: str = DEFAULT_MEMORY_DIRNAME
+    similarity: float = DEFAULT_SIMILARITY
+    tokenizer: TokenizerMode = "bigram"
+
+
+class ProjectMemory:
+    """Search and store for one project (``project_dir`` None: the global memory alone)."""
+
+    def __init__(
+        self, project_dir: Path | None, global_dir: Path, settings: MemorySettings
+    ) -> None:
+        self.project_dir = project_dir
+        self.global_dir = global_dir
+        self.memory_dir = (
+            project_memory_dir(project_dir, settings.dirname) if project_dir is not None else None
+        )
+        self.global_store = MemoryStore(global_dir, settings.similarity)
+        self.project_store = (
+            MemoryStore(self.memory_dir, settings.similarity) if self.memory_dir else None
+        )
+        self.index = MemoryIndex(tokenizer=settings.tokenizer)
+        for directory in self.directories:
+            self.index.add(directory / MEMORY_FILE)
+            self.index.add(directory / NOTES_FILE, kind_hint="notes")
+        if self.memory_dir is not None:
+            self.index.add(self.memory_dir / CHECKPOINT_FILE, kind_hint="checkpoint")
+
+    @property
+    def directories(self) -> list[Path]:
+        """Global first, then the project's (the order results tie-break in)."""
+        return [self.global_dir] + ([self.memory_dir] if self.memory_dir else [])
+
+    @property
+    def store(self) -> MemoryStore:
+        """Where writes go: the project's memory, else the global one."""
+        return self.project_store or self.global_store
+
+    def stores(self) -> list[MemoryStore]:
+        return [self.global_store] + ([self.project_store] if self.project_store else [])
+
+    def search(self, query: str, limit: int = 5, now: date | None = None) -> list[Hit]:
+        self._watch_session_checkpoints()
+        return self.index.search(query, limit, now)
+
+    def recall(self, user_text: str, limit: int, now: date | None = None) -> list[Line]:
+        """Lines worth showing beside a user message: its best hits, topic words only."""
+        query = _STOPWORDS.sub(" ", user_text[:MAX_QUERY_CHARS])
+        hits = self.search(query, limit, now)
+        if not hits:
+            return []
+        best = hits[0].score
+        return [
+            Line(entry.text, _source(hit), entry.date.isoformat() if entry.date else None)
+            for hit in hits
+            if hit.score >= best * 0.25
+            for entry in hit.entries
+        ]
+
+    def stable_lines(self) -> list[Line]:
+        """Constraints, then decisions newest first, from the global and project MEMORY.md."""
+        lines: list[Line] = []
+        seen: set[str] = set()
+        for section in STABLE_SECTIONS:
+            entries = [e for store in self.stores() for e in store.list(section)]
+            if section != "Constraints":
+                entries.sort(key=lambda e: e.date or "", reverse=True)
+            for entry in entries:
+                key = normalize(entry.text)
+                if key not in seen:
+                    seen.add(key)
+                    lines.append(Line(entry.text, section, entry.date))
+        return lines
+
+    def _watch_session_checkpoints(self) -> None:
+        """Pick up ``sessions/<sid>/checkpoint*.md`` files written since the last search."""
+        if self.memory_dir is None:
+            return
+        for path in sorted((self.memory_dir / SESSIONS_DIR).glob("*/checkpoint*.md")):
+            self.index.add(path, kind_hint="checkpoint")
+
+
+def _source(hit: Hit) -> str:
+    if hit.kind == "notes" and hit.path.endswith(NOTES_FILE):
+        return "note"
+    if hit.kind == "checkpoint" or "checkpoint" in Path(hit.path).name:
+        return f"checkpoint: {hit.title}"
+    return hit.title
+
+
+class MemoryCatalog:
+    """``ProjectMemory`` per project directory, the least recently used dropped first."""
+
+    def __init__(
+        self, data_dir: Path, settings: MemorySettings | None = None, max_projects: int = 64
+    ) -> None:
+        self.global_dir = global_memory_dir(data_dir)
+        self.settings = settings or MemorySettings()
+        self._projects: LRUCache[Path | None, ProjectMemory] = LRUCache(maxsize=max_projects)
+
+    def get(self, project_dir: Path | None) -> ProjectMemory:
+        memory = self._projects.get(project_dir)
+        if memory is None:
+            memory = ProjectMemory(project_dir, self.global_dir, self.settings)
+            self._projects[project_dir] = memory
+        return memory

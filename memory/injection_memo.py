@@ -1,0 +1,117 @@
+"""What was injected into each session, kept so every later request re-sends the same bytes.
+
+One row per session and anchor: ``system`` for the stable block, and the anchor of each user
+message that received recalled hits or nudges (an empty text records "nothing was added", so
+the search is not run again for that message). Durable in the state database, so a restart
+of the proxy does not change what an old message looks like.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+
+from cachetools import LRUCache
+
+SYSTEM_ANCHOR = "system"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS injection (
+    session TEXT NOT NULL,
+    anchor TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    nudges TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (session, anchor)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS injection_created ON injection (created);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    text: str
+    turn: int  # the how-many-th user message of the session we saw (0-based)
+    nudges: tuple[str, ...] = ()  # which nudges it carries: "memory", "pressure"
+
+
+@dataclass(slots=True)
+class SessionInjections:
+    stable: str | None = None  # None: not decided yet for this session
+    by_anchor: dict[str, Injected] = field(default_factory=dict)
+
+    @property
+    def turns(self) -> int:
+        return len(self.by_anchor)
+
+    def last_nudge_turn(self, nudge: str) -> int | None:
+        turns = [i.turn for i in self.by_anchor.values() if nudge in i.nudges]
+        return max(turns) if turns else None
+
+
+class InjectionMemo:
+    """Per-session injections: an LRU of live sessions over SQLite."""
+
+    def __init__(self, db: sqlite3.Connection, live_sessions: int = 256) -> None:
+        self.db = db
+        self._live: LRUCache[str, SessionInjections] = LRUCache(maxsize=live_sessions)
+        db.executescript(SCHEMA)
+
+    def load(self, session_id: str) -> SessionInjections:
+        memo = self._live.get(session_id)
+        if memo is not None:
+            return memo
+        memo = SessionInjections()
+        for anchor, turn, nudges, text in self.db.execute(
+            "SELECT anchor, turn, nudges, text FROM injection WHERE session = ?", (session_id,)
+        ):
+            if anchor == SYSTEM_ANCHOR:
+                memo.stable = text
+            else:
+                memo.by_anchor[anchor] = Injected(
+                    text, turn, tuple(filter(None, nudges.split(",")))
+                )
+        self._live[session_id] = memo
+        return memo
+
+    def set_stable(self, session_id: str, text: str) -> None:
+        self._insert(session_id, SYSTEM_ANCHOR, Injected(text, -1))
+        self.load(session_id).stable = text
+
+    def add(self, session_id: str, anchor: str, injected: Injected) -> None:
+        self._insert(session_id, anchor, injected)
+        self.load(session_id).by_anchor[anchor] = injected
+
+    def _insert(self, session_id: str, anchor: str, injected: Injected) -> None:
+        # OR IGNORE: a second proxy process that decided first wins, and so does its text
+        # on the next load; the row is never rewritten.
+        self.db.execute(
+            "INSERT OR IGNORE INTO injection VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                anchor,
+                injected.turn,
+                ",".join(injected.nudges),
+                injected.text,
+                time.time(),
+            ),
+        )
+
+    def forget_live(self, session_id: str) -> None:
+        self._live.pop(session_id, None)
+
+    def prune(self, max_age_days: float) -> int:
+        """Forget the injections of sessions not seen for ``max_age_days``."""
+        cutoff = time.time() - max_age_days * 86400
+        stale = [
+            row[0]
+            for row in self.db.execute(
+                "SELECT session FROM injection GROUP BY session HAVING MAX(created) < ?", (cutoff,)
+            )
+        ]
+        for session_id in stale:
+            self.db.execute("DELETE FROM injection WHERE session = ?", (session_id,))
+            self._live.pop(session_id, None)
+        return len(stale)

@@ -1,0 +1,160 @@
+"""``/memory/...``: the memory operations over HTTP, for scripts (admin endpoints).
+
+One route per CLI subcommand, same names and the same project rule as the MCP tools
+(``proxy.projects``); ``?project=DIR`` or the ``X-Deep-Memory-Project`` header names the
+project, ``?scope=global`` the global memory.
+
+    GET  /memory/search?q=TEXT[&limit=N]
+    GET  /memory/list[?section=NAME]
+    GET  /memory/stats
+    GET  /memory/export[?format=json|markdown]
+    POST /memory/store     {"section": ..., "text": ...}
+    POST /memory/forget    {"ids": [...]} or {"query": ...}, "confirm": false|true
+    POST /memory/import[?force=true]   body: a JSON or Markdown export
+    POST /memory/cleanup   {"older_than_days": N, "section": ..., "ids": [...], "dry_run": true}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from memory.catalog import ProjectMemory
+from memory.files import LockTimeout
+from memory.project import PROJECT_HEADER
+from proxy import memory_api
+from proxy.admin import admin_allowed, error_response, forbidden, json_response
+from proxy.config import Settings
+from proxy.memory_api import MemoryCallError, MemoryService
+from proxy.projects import AmbiguousProject, ProjectChoice
+
+Operation = Callable[[web.Request, ProjectMemory, ProjectChoice, dict[str, Any]], Any]
+
+
+def _flag(raw: str | None) -> bool:
+    return (raw or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MemoryCallError(f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise MemoryCallError("body must be a JSON object")
+    return body
+
+
+def _search(request: web.Request, memory: ProjectMemory, choice: ProjectChoice, _: Any) -> Any:
+    q = request.query
+    return memory_api.search(memory, choice, q.get("q", q.get("query")), q.get("limit"))
+
+
+def _list(request: web.Request, memory: ProjectMemory, choice: ProjectChoice, _: Any) -> Any:
+    return memory_api.list_entries(memory, choice, request.query.get("section"))
+
+
+def _stats(request: web.Request, memory: ProjectMemory, choice: ProjectChoice, _: Any) -> Any:
+    return memory_api.stats(memory, choice)
+
+
+def _export(request: web.Request, memory: ProjectMemory, choice: ProjectChoice, _: Any) -> Any:
+    text, content_type = memory_api.export(memory, request.query.get("format"))
+    return web.Response(text=text, content_type=content_type, charset="utf-8")
+
+
+def _store(_: web.Request, memory: ProjectMemory, choice: ProjectChoice, body: Any) -> Any:
+    return memory_api.store(memory, choice, body.get("section"), body.get("text"))
+
+
+def _forget(_: web.Request, memory: ProjectMemory, choice: ProjectChoice, body: Any) -> Any:
+    return memory_api.forget(
+        memory, choice, body.get("ids"), body.get("query"), body.get("confirm", False)
+    )
+
+
+def _cleanup(_: web.Request, memory: ProjectMemory, choice: ProjectChoice, body: Any) -> Any:
+    return memory_api.cleanup(
+        memory,
+        choice,
+        body.get("older_than_days"),
+        body.get("section"),
+        body.get("ids"),
+        body.get("dry_run", True),
+    )
+
+
+GET_OPERATIONS: dict[str, Operation] = {
+    "search": _search,
+    "list": _list,
+    "stats": _stats,
+    "export": _export,
+}
+POST_OPERATIONS: dict[str, Operation] = {
+    "store": _store,
+    "forget": _forget,
+    "cleanup": _cleanup,
+}
+
+
+def memory_handler(
+    service: MemoryService, settings: Settings, on_call: Callable[[str, int], None]
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler of ``/memory/{operation}``; ``on_call(operation, status)`` counts calls."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if not admin_allowed(request, settings):
+            return forbidden()
+        name = request.match_info["operation"]
+        response = await _dispatch(request, name, service)
+        on_call(name, response.status)
+        return response
+
+    return handle
+
+
+async def _dispatch(request: web.Request, name: str, service: MemoryService) -> web.StreamResponse:
+    table = GET_OPERATIONS if request.method == "GET" else POST_OPERATIONS
+    if name not in GET_OPERATIONS and name not in POST_OPERATIONS and name != "import":
+        known = ", ".join([*GET_OPERATIONS, *POST_OPERATIONS, "import"])
+        return error_response(
+            404, f"no memory operation {name!r} (known: {known})", "not_found", "unknown_operation"
+        )
+    expected = "GET" if name in GET_OPERATIONS else "POST"
+    if request.method != expected:
+        return web.Response(status=405, headers={"Allow": expected})
+    q = request.query
+    try:
+        if name == "import":
+            memory, choice = service.choose(
+                q.get("project"), _endpoint(request), q.get("scope", "project")
+            )
+            data = (await request.read()).decode("utf-8")
+            result = memory_api.import_(memory, choice, data, _flag(q.get("force")))
+            return json_response(result)
+        body = await _json_body(request) if expected == "POST" else {}
+        memory, choice = service.choose(
+            body.get("project", q.get("project")),
+            _endpoint(request),
+            body.get("scope", q.get("scope", "project")),
+        )
+        result = table[name](request, memory, choice, body)
+    except AmbiguousProject as exc:
+        return error_response(409, str(exc), "ambiguous_project", "ambiguous_project")
+    except (MemoryCallError, UnicodeDecodeError) as exc:
+        return error_response(400, str(exc), "invalid_request", "bad_memory_request")
+    except (OSError, LockTimeout) as exc:
+        return error_response(
+            500, f"cannot read or write the memory files: {exc}", "server_error", "memory_io"
+        )
+    return result if isinstance(result, web.StreamResponse) else json_response(result)
+
+
+def _endpoint(request: web.Request) -> str | None:
+    return request.headers.get(PROJECT_HEADER) or None

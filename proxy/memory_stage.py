@@ -1,0 +1,251 @@
+"""The memory stage of the request path: captures, recalled hits, nudges and the stable block.
+
+Runs after compression, on agent requests only. Where injected text goes (DESIGN.md §3.6):
+
+- the **stable block** (constraints and decisions, decided on the session's first request and
+  then fixed) is appended after the system prompt, as its last bytes, so the prompt prefix
+  before it never changes;
+- **hits and nudges** for a user message are decided on the first request that carries the
+  message and appended to the end of that message; every later request of the session
+  re-applies the remembered text to the same message, byte for byte.
+
+Neither adds a ``cache_control`` marker. A message gets new text only while it is the newest
+user message, so bytes the provider has already cached are never changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from compressors.tokens import estimate_tokens
+from compressors.view import Conversation, Kind, Role
+from memory.catalog import MemoryCatalog, ProjectMemory
+from memory.files import LockTimeout
+from memory.injection import recall_block, stable_block
+from memory.injection_memo import Injected, InjectionMemo, SessionInjections
+from memory.project import PROJECT_HEADER
+from memory.signals import capture, nudge_reasons
+from memory.store import MemoryStoreError
+from proxy.config import Settings
+from proxy.health import Health
+from proxy.pipeline import RequestContext
+from proxy.projects import ProjectResolver
+from proxy.sessions import RequestKind
+
+log = logging.getLogger("deepmem.memory")
+
+REPORT = "memory"
+MAX_HITS = 5
+MEMORY_STORE_TOOL = "memory_store"
+
+
+@dataclass(slots=True)
+class MemoryReport:
+    project: Path | None
+    project_reason: str
+    new_turn: bool = False
+    stable_chars: int = 0
+    injected_chars: int = 0
+    hits: int = 0
+    captured: bool = False
+    nudges: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+def message_anchors(users: list[tuple[int, str]]) -> list[str]:
+    """A key per user message: a hash of its text and how many earlier ones had that text."""
+    seen: dict[str, int] = {}
+    anchors = []
+    for _, text in users:
+        digest = xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"))
+        copy = seen.get(digest, 0)
+        seen[digest] = copy + 1
+        anchors.append(f"{digest}#{copy}")
+    return anchors
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            holder = function if isinstance(function, dict) else tool
+            if isinstance(holder.get("name"), str):
+                names.append(holder["name"])
+    return names
+
+
+def _previous_turn_texts(conversation: Conversation, users: list[tuple[int, str]]) -> list[str]:
+    """The user text and assistant text of the turn before the newest user message."""
+    if len(users) < 2:
+        return [users[-1][1]] if users else []
+    start, end = users[-2][0], users[-1][0]
+    texts = [users[-2][1]]
+    texts += [
+        item.text
+        for item in conversation.items
+        if item.role is Role.ASSISTANT and item.kind is Kind.TEXT and start < item.message < end
+    ]
+    return [*texts, users[-1][1]]
+
+
+@dataclass
+class MemoryStage:
+    """A transform: remembers, recalls and reminds; every decision memoised per session."""
+
+    settings: Settings
+    catalog: MemoryCatalog
+    memo: InjectionMemo
+    projects: ProjectResolver
+    health: Health | None = None
+
+    def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
+        if context.kind is not RequestKind.AGENT:
+            return False
+        header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
+        resolution = self.projects.for_request(header, conversation.system_text)
+        report = MemoryReport(resolution.path, resolution.reason)
+        context.reports[REPORT] = report
+        memory = self.catalog.get(resolution.path)
+        memo = self.memo.load(context.session_id)
+        changed = False
+        if self.settings.memory_inject:
+            if memo.stable is None:
+                lines = memory.stable_lines() if self.settings.memory_stable_tokens else []
+                self.memo.set_stable(
+                    context.session_id, stable_block(lines, self.settings.memory_stable_tokens)
+                )
+            if memo.stable:
+                changed = conversation.append_to_system(memo.stable)
+                report.stable_chars = len(memo.stable) if changed else 0
+        users = conversation.user_messages()
+        if not users:
+            return changed
+        anchors = message_anchors(users)
+        if anchors[-1] not in memo.by_anchor:
+            report.new_turn = True
+            self._new_turn(conversation, context, memory, memo, users, anchors[-1], report)
+        for (index, _), anchor in zip(users, anchors, strict=True):
+            injected = memo.by_anchor.get(anchor)
+            text = injected.text if injected is not None else ""
+            if text and conversation.append_to_message(index, text):
+                changed = True
+                report.injected_chars += len(text)
+        return changed
+
+    def _new_turn(
+        self,
+        conversation: Conversation,
+        context: RequestContext,
+        memory: ProjectMemory,
+        memo: SessionInjections,
+        users: list[tuple[int, str]],
+        anchor: str,
+        report: MemoryReport,
+    ) -> None:
+        settings = self.settings
+        text = users[-1][1]
+        first = memo.turns == 0
+        lines = []
+        budget = settings.memory_first_recall_tokens if first else settings.memory_recall_tokens
+        if settings.memory_inject and budget:
+            stable = memo.stable or ""
+            lines = [line for line in memory.recall(text, MAX_HITS) if line.render() not in stable]
+        nudges = self._nudges(conversation, context, memo, users) if settings.memory_nudges else []
+        block = recall_block(lines, budget, [text for _, text in nudges])
+        report.hits = len(lines) if block else 0
+        report.nudges = tuple(kind for kind, _ in nudges)
+        self.memo.add(context.session_id, anchor, Injected(block, memo.turns, report.nudges))
+        if settings.memory_captures:
+            report.captured = self._capture(memory, context.session_id, text, report)
+
+    def _nudges(
+        self,
+        conversation: Conversation,
+        context: RequestContext,
+        memo: SessionInjections,
+        users: list[tuple[int, str]],
+    ) -> list[tuple[str, str]]:
+        tool = next(
+            (n for n in _tool_names(conversation.body) if n.endswith(MEMORY_STORE_TOOL)), None
+        )
+        if tool is None:
+            return []
+        turn, cooldown = memo.turns, self.settings.nudge_cooldown_turns
+
+        def cooled(kind: str) -> bool:
+            last = memo.last_nudge_turn(kind)
+            return last is None or turn - last > cooldown
+
+        nudges: list[tuple[str, str]] = []
+        if cooled("memory"):
+            signals = nudge_reasons(_previous_turn_texts(conversation, users))
+            if signals:
+                found = "; ".join(f'{s.kind}: "{s.excerpt}"' for s in signals)
+                sections = ", ".join(dict.fromkeys(s.section for s in signals))
+                nudges.append(
+                    (
+                        "memory",
+                        f"Reminder from deepmem: the recent turns look worth remembering "
+                        f"({found}). If it should outlive this session, save a one-line entry "
+                        f"with the {tool} tool (section: {sections}).",
+                    )
+                )
+        threshold = self.settings.pressure_nudge_tokens
+        if threshold and cooled("pressure"):
+            size = _request_tokens(conversation, context)
+            if size >= threshold:
+                nudges.append(
+                    (
+                        "pressure",
+                        f"Reminder from deepmem: this conversation is about {size:,} tokens "
+                        "long and will be compacted soon. Before that, store the decisions, "
+                        f"constraints and gotchas worth keeping with the {tool} tool.",
+                    )
+                )
+        return nudges
+
+    def _capture(
+        self, memory: ProjectMemory, session_id: str, text: str, report: MemoryReport
+    ) -> bool:
+        note = capture(text)
+        if note is None:
+            return False
+        try:
+            added = memory.store.capture_note(session_id, note, datetime.now(UTC))
+        except (OSError, LockTimeout, MemoryStoreError) as exc:
+            # A capture is a convenience; a read-only project must not break the request.
+            report.notes.append(f"capture failed: {exc}")
+            log.warning("could not write %s: %s", memory.store.notes_path, exc)
+            if self.health is not None:
+                self.health.report("memory_writes", f"cannot write {memory.store.notes_path}")
+            return False
+        if self.health is not None:
+            self.health.clear("memory_writes")
+        return added
+
+
+def _request_tokens(conversation: Conversation, context: RequestContext) -> int:
+    compression = context.reports.get("compression")
+    if compression is not None:
+        return int(compression.tokens_after)
+    return sum(estimate_tokens(item.text) for item in conversation.items)
+
+
+def build_memory_stage(
+    settings: Settings,
+    catalog: MemoryCatalog,
+    projects: ProjectResolver,
+    memo: InjectionMemo,
+    health: Health | None = None,
+) -> MemoryStage | None:
+    """The stage, or None when injection, captures and nudges are all switched off."""
+    if not (settings.memory_inject or settings.memory_captures or settings.memory_nudges):
+        return None
+    return MemoryStage(settings, catalog, memo, projects, health)

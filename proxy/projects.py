@@ -1,0 +1,94 @@
+"""Which project a request or a tool call works on.
+
+A chat request names its project through configuration, the ``X-Deep-Memory-Project`` header
+or OpenCode's ``Working directory:`` line (``memory.project`` checks it lies under an allowed
+root). An MCP or HTTP memory call carries no working directory, so it is chosen by one rule,
+first match wins:
+
+1. the call's own ``project`` argument (or ``?project=`` query parameter);
+2. the endpoint's project: ``/mcp?project=DIR`` or the ``X-Deep-Memory-Project`` header on the
+   MCP/HTTP request (OpenCode's remote MCP config can set either);
+3. the configured ``project_dir``;
+4. the project of the agent sessions active in the last ``ACTIVE_WINDOW`` seconds, when they
+   all share one; when they name two or more, the call is refused with the list, never
+   guessed;
+5. otherwise no project: searches read the global memory only and stores go there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachetools import LRUCache
+
+from memory.project import (
+    Resolution,
+    check_project_dir,
+    explain_project_dir,
+    working_directory_from_prompt,
+)
+
+ACTIVE_WINDOW = 600.0
+
+
+class AmbiguousProject(ValueError):
+    """Several projects are active and the call did not say which one it means."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectChoice:
+    path: Path | None
+    source: str  # "argument", "endpoint", "config", "active session", "none"
+
+
+class ProjectResolver:
+    def __init__(self, configured: Path | None, allowed_roots: tuple[Path, ...]) -> None:
+        self.configured = configured
+        self.allowed_roots = list(allowed_roots)
+        self._cache: LRUCache[tuple[str | None, str | None], Resolution] = LRUCache(maxsize=512)
+        self._active: dict[Path, float] = {}
+
+    def for_request(self, header: str | None, system_prompt: str) -> Resolution:
+        """The project of a chat request (memoised by the raw candidates)."""
+        key = (header, working_directory_from_prompt(system_prompt))
+        found = self._cache.get(key)
+        if found is None or (found.path is not None and not found.path.is_dir()):
+            found = explain_project_dir(self.configured, header, system_prompt, self.allowed_roots)
+            self._cache[key] = found
+        if found.path is not None:
+            self._active[found.path] = time.monotonic()
+        return found
+
+    def check(self, raw: str, source: str) -> Path:
+        """An explicitly named project, or ``ValueError`` saying why it is refused."""
+        resolution = check_project_dir(source, raw.strip(), self.allowed_roots)
+        if resolution.path is None:
+            raise ValueError(resolution.reason)
+        return resolution.path
+
+    def active(self, window: float = ACTIVE_WINDOW) -> list[Path]:
+        horizon = time.monotonic() - window
+        return sorted(path for path, seen in self._active.items() if seen >= horizon)
+
+    def for_call(self, argument: str | None, endpoint: str | None) -> ProjectChoice:
+        """The project of an MCP/HTTP memory call, by the rule in this module's docstring."""
+        if argument:
+            return ProjectChoice(self.check(argument, "project argument"), "argument")
+        if endpoint:
+            return ProjectChoice(self.check(endpoint, "endpoint project"), "endpoint")
+        if self.configured is not None:
+            return ProjectChoice(
+                self.check(str(self.configured), "configured project_dir"), "config"
+            )
+        active = self.active()
+        if len(active) == 1:
+            return ProjectChoice(active[0], "active session")
+        if len(active) > 1:
+            names = ", ".join(str(path) for path in active)
+            raise AmbiguousProject(
+                f"sessions in several projects are active ({names}); pass 'project' with the "
+                "absolute path of the one you mean"
+            )
+        return ProjectChoice(None, "none")
