@@ -507,6 +507,19 @@ def _describe_default(option: Option) -> str:
     return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
 
 
+def options_markdown() -> str:
+    """The configuration table of the README, generated from ``OPTIONS``."""
+    rows = ["| key | flag / environment | default | meaning |", "|---|---|---|---|"]
+    for option in OPTIONS:
+        flag = option.flag + (f" {option.metavar}" if option.metavar else "")
+        text = option.help.replace("|", "\\|")
+        default = _describe_default(option)
+        if option.default is not None and option.name not in ("upstream", "allowed_roots"):
+            default = f"`{default}`"
+        rows.append(f"| `{option.name}` | `{flag}`<br>`{option.env}` | {default} | {text} |")
+    return "\n".join(rows) + "\n"
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:

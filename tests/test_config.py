@@ -112,3 +112,10 @@ def test_cli_reports_config_errors_without_traceback(capsys):
     assert main(["serve", "--port", "99999"]) == 2
     err = capsys.readouterr().err
     assert "deepmem: flag --port" in err and "Traceback" not in err
+
+
+def test_readme_configuration_table_is_generated_from_options():
+    from proxy.docs import README, render
+
+    text = README.read_text(encoding="utf-8")
+    assert render(text) == text, "README is out of date: run `python -m proxy.docs`"
