@@ -16,6 +16,8 @@ from proxy import __version__
 from proxy.app import create_app
 from proxy.config import ENV_PREFIX, ConfigError, Settings, add_arguments, load_settings
 from proxy.logs import configure_logging
+from proxy.memory_cli import ARGUMENT_KEYS as MEMORY_KEYS
+from proxy.memory_cli import add_memory_parser, run_memory
 
 DESCRIPTION = """\
 deepmem: a context-compression proxy between a coding agent (OpenCode) and its LLM provider.
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     expand_cmd.add_argument("--start-line", type=int, default=None, help="first line (1-based)")
     expand_cmd.add_argument("--end-line", type=int, default=None, help="last line (inclusive)")
     add_arguments(expand_cmd)
+    add_memory_parser(commands)
     return parser
 
 
@@ -102,9 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    flags = {
-        key: value for key, value in vars(args).items() if key not in ("command", "target", "json")
-    }
+    not_settings = {"command", "target", "json", "key", "start_line", "end_line", *MEMORY_KEYS}
+    flags = {key: value for key, value in vars(args).items() if key not in not_settings}
     try:
         settings = load_settings(flags)
     except ConfigError as exc:
@@ -122,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return expand_key(args.key, settings, args.start_line, args.end_line)
     if args.command == "replay":
         return replay(Path(args.target), settings, as_json=args.json)
+    if args.command == "memory":
+        return run_memory(args, settings)
     parser.error(f"unknown command {args.command}")
     return 2
 

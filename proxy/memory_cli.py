@@ -1,0 +1,449 @@
+"""``deepmem memory ...``: the project memory from the command line, the proxy need not run.
+
+Every subcommand calls the operation of ``proxy.memory_api`` that the HTTP endpoints and the
+MCP tools call, so the three behave the same; this module only parses, confirms and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memory.catalog import ProjectMemory
+from memory.store import SECTIONS
+from proxy import memory_api
+from proxy.config import Settings, add_arguments
+from proxy.memory_api import MemoryCallError
+from proxy.projects import ProjectChoice
+
+# argparse destinations of the memory subcommands: not settings, so ``main`` leaves them out.
+ARGUMENT_KEYS = frozenset(
+    {
+        "memory_command",
+        "project",
+        "global_scope",
+        "json",
+        "query",
+        "limit",
+        "section",
+        "text",
+        "ids",
+        "force",
+        "format",
+        "output",
+        "file",
+        "older_than",
+        "dry_run",
+    }
+)
+
+USAGE = 2
+FAILED = 1
+
+DESCRIPTION = """\
+Search, store, forget, list, export, import and clean up memory entries directly in the memory
+files (a project's .deep-memory/MEMORY.md, or the global memory under the data dir); the proxy
+need not run. The project is --project DIR (default: the current directory) or --global.
+Unlike the proxy, the command line does not check --allowed-roots: you are the local user.
+"""
+
+PROJECT_HELP = (
+    "project whose memory to use (default: the current directory); any existing directory "
+    "works, --allowed-roots does not apply on the command line"
+)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------- parser
+
+
+def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    memory = commands.add_parser(
+        "memory",
+        help="search and edit the memory files: search|store|forget|list|stats|export|import|"
+        "cleanup",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subs = memory.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
+
+    search = _sub(subs, "search", "search memory (the project's and the global)")
+    search.add_argument("query", help="words to look for; '|' separates OR phrases")
+    search.add_argument("--limit", type=int, default=5, help="most sections to show (1..50)")
+
+    store = _sub(subs, "store", "store one entry in MEMORY.md")
+    store.add_argument("section", help=f"one of {', '.join(SECTIONS)} (any case)")
+    store.add_argument("text", nargs="+", help="the entry text (the words are joined)")
+
+    forget = _sub(
+        subs,
+        "forget",
+        "remove entries by id or by text",
+        "Show the entries matching --ids or QUERY (a substring of the entry text, or an id), "
+        "then delete exactly those after a 'y' on a terminal, or at once with --force. Without "
+        "a terminal and without --force it only shows them.",
+    )
+    forget.add_argument("query", nargs="?", default=None, help="text (or id) to match")
+    forget.add_argument("--ids", default=None, metavar="ID,...", help="entry ids to remove")
+    forget.add_argument("--force", action="store_true", help="delete without asking")
+
+    listing = _sub(subs, "list", "list the entries of MEMORY.md")
+    listing.add_argument("--section", default=None, help="only this section")
+
+    _sub(subs, "stats", "count entries per section")
+
+    export = _sub(subs, "export", "write all entries as JSON or Markdown")
+    export.add_argument("--format", choices=("json", "markdown"), default="json")
+    export.add_argument("--output", default=None, metavar="FILE", help="default: stdout")
+
+    importing = _sub(
+        subs,
+        "import",
+        "add entries from a JSON or Markdown export",
+        "Add the entries of a JSON or Markdown export. Exact and near duplicates of existing "
+        "entries are skipped and reported; --force adds near duplicates too (never exact ones).",
+    )
+    importing.add_argument("file", metavar="FILE|-", help="the export ('-': standard input)")
+    importing.add_argument("--force", action="store_true", help="add near duplicates too")
+
+    cleanup = _sub(
+        subs,
+        "cleanup",
+        "remove entries by age, section or id",
+        "Show the entries matching every given criterion, then remove them after a 'y' on a "
+        "terminal, or at once with --force. --dry-run only shows them.",
+    )
+    cleanup.add_argument(
+        "--older-than", type=_days, default=None, metavar="DAYS", help="dated more than DAYS ago"
+    )
+    cleanup.add_argument("--section", default=None, help="in this section")
+    cleanup.add_argument("--ids", default=None, metavar="ID,...", help="with these ids")
+    cleanup.add_argument("--dry-run", action="store_true", help="show, never remove")
+    cleanup.add_argument("--force", action="store_true", help="remove without asking")
+
+    # Last, so that each subcommand's own options come first in its --help.
+    for parser in subs.choices.values():
+        add_arguments(parser)
+
+
+def _sub(
+    subs: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    parser = subs.add_parser(name, help=summary, description=description or summary)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--project", metavar="DIR", default=None, help=PROJECT_HELP)
+    where.add_argument(
+        "--global", dest="global_scope", action="store_true", help="use the global memory only"
+    )
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    return parser
+
+
+def _days(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"days must not be negative, got {value}")
+    return value
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_memory(args: argparse.Namespace, settings: Settings) -> int:
+    handler = HANDLERS[args.memory_command]
+    try:
+        memory, choice = _choose(args, settings)
+        return handler(args, memory, choice)
+    except CliError as exc:
+        return _error(str(exc), exc.code)
+    except MemoryCallError as exc:
+        return _error(str(exc), USAGE)
+    except OSError as exc:
+        return _error(str(exc), FAILED)
+
+
+def _choose(args: argparse.Namespace, settings: Settings) -> tuple[ProjectMemory, ProjectChoice]:
+    service = memory_api.memory_service(settings)
+    if args.global_scope:
+        return service.choose(scope="global")
+    raw = args.project
+    path = Path.cwd() if raw is None else Path(raw).expanduser()
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise CliError(f"project directory {str(path)!r} does not exist") from None
+    if not resolved.is_dir():
+        raise CliError(f"project directory {str(path)!r} is not a directory")
+    return service.catalog.get(resolved), ProjectChoice(resolved, "command line")
+
+
+def _error(message: str, code: int) -> int:
+    print(f"deepmem: {message}", file=sys.stderr)
+    return code
+
+
+def _emit_json(payload: dict[str, Any]) -> None:
+    print(json.dumps(payload, ensure_ascii=False, indent=2))
+
+
+def _ids(raw: str) -> list[str]:
+    ids = [part for part in raw.replace(",", " ").split() if part]
+    if not ids:
+        raise CliError("--ids needs at least one entry id")
+    return ids
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _confirm(question: str) -> bool:
+    # The question goes to stderr so that stdout stays clean for --json.
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _header(memory: ProjectMemory) -> str:
+    if memory.project_dir is None:
+        return f"global memory ({memory.store.root})"
+    return f"project {memory.project_dir} ({memory.store.root})"
+
+
+def _entry_line(entry: dict[str, Any]) -> str:
+    date = f" [{entry['date']}]" if entry.get("date") else ""
+    return f"[{entry['id']}] {entry['section']}: {entry['text']}{date}"
+
+
+def _show_entries(entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        print(f"  {_entry_line(entry)}")
+
+
+# ---------------------------------------------------------------- subcommands
+
+
+def _search(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    result = memory_api.search(memory, choice, args.query, args.limit)
+    if args.json:
+        _emit_json(result)
+        return 0
+    if not result["results"]:
+        print(f"no matches for {args.query!r} in {_header(memory)}")
+        return 0
+    for rank, hit in enumerate(result["results"], 1):
+        print(f"{rank}. {hit['section']}  {hit['path']}  (score {hit['score']:.4f})")
+        for entry in hit["entries"]:
+            date = f" [{entry['date']}]" if entry["date"] else ""
+            print(f"   - {entry['text']}{date}")
+    return 0
+
+
+def _store(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    result = memory_api.store(memory, choice, args.section, " ".join(args.text))
+    if args.json:
+        _emit_json(result)
+    elif result["stored"]:
+        entry = result["entry"]
+        print(f"stored [{entry['id']}] in {entry['section']} of {_header(memory)}")
+    else:
+        print(f"deepmem: not stored: {result['reason']}", file=sys.stderr)
+    return 0 if result["stored"] else FAILED
+
+
+def _forget(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    if (args.ids is None) == (args.query is None):
+        raise CliError("forget needs either --ids ID,... or a QUERY (not both)")
+    ids = _ids(args.ids) if args.ids is not None else None
+    preview = memory_api.forget(memory, choice, ids, args.query, False)
+    matched = [entry["id"] for entry in preview["matched"]]
+    return _remove(
+        args,
+        preview,
+        lambda: memory_api.forget(memory, choice, matched, None, True),
+        "forget",
+    )
+
+
+def _cleanup(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    if args.older_than is None and args.section is None and args.ids is None:
+        raise CliError("cleanup needs at least one of --older-than, --section, --ids")
+    ids = _ids(args.ids) if args.ids is not None else None
+    preview = memory_api.cleanup(memory, choice, args.older_than, args.section, ids, True)
+    if args.dry_run:
+        if args.json:
+            _emit_json(preview)
+        else:
+            _preview_text(preview, "cleanup")
+            print("dry run: nothing removed")
+        return 0
+    matched = [entry["id"] for entry in preview["matched"]]
+    return _remove(
+        args,
+        preview,
+        lambda: memory_api.cleanup(memory, choice, args.older_than, args.section, matched, False),
+        "cleanup",
+    )
+
+
+def _remove(
+    args: argparse.Namespace,
+    preview: dict[str, Any],
+    delete: Callable[[], dict[str, Any]],
+    verb: str,
+) -> int:
+    """Show ``preview``; run ``delete`` (limited to the previewed ids) if forced or confirmed."""
+    count = len(preview["matched"])
+    if args.json and not args.force and count and _interactive():
+        print(json.dumps(preview["matched"], ensure_ascii=False, indent=2), file=sys.stderr)
+    elif not args.json:
+        _preview_text(preview, verb)
+    if count == 0:
+        go = False
+    elif args.force:
+        go = True
+    elif _interactive():
+        go = _confirm(f"delete {_entries(count)}?")
+        if not go and not args.json:
+            print("nothing deleted")
+    else:
+        go = False
+        if not args.json:
+            print(f"not deleted: no terminal to confirm; rerun with --force to delete {count}")
+    if not go:
+        if args.json:
+            _emit_json(preview)
+        return 0
+    result = delete()
+    if args.json:
+        _emit_json(result)
+    else:
+        print(f"deleted {_entries(len(result['matched']) if result['removed'] else 0)}")
+    return 0
+
+
+def _entries(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def _preview_text(preview: dict[str, Any], verb: str) -> None:
+    matched = preview["matched"]
+    if not matched:
+        print(f"{verb}: no entries match in {preview['memory_dir']}")
+        return
+    print(f"{verb}: {_entries(len(matched))} matched:")
+    _show_entries(matched)
+
+
+def _list(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    result = memory_api.list_entries(memory, choice, args.section)
+    if args.json:
+        _emit_json(result)
+    elif not result["entries"]:
+        print(f"no entries in {_header(memory)}")
+    else:
+        for entry in result["entries"]:
+            print(_entry_line(entry))
+    return 0
+
+
+def _stats(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    result = memory_api.stats(memory, choice)
+    if args.json:
+        _emit_json(result)
+        return 0
+    sections = ", ".join(f"{name} {count}" for name, count in result["sections"].items())
+    print(_header(memory))
+    print(f"entries: {result['entries']} ({sections})")
+    if result["oldest"]:
+        print(f"dates: {result['oldest']} .. {result['newest']}")
+    print(f"notes: {result['notes']}")
+    print(f"MEMORY.md: {result['bytes']} bytes")
+    return 0
+
+
+def _export(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    text, content_type = memory_api.export(memory, args.format)
+    if args.output is not None:
+        try:
+            Path(args.output).expanduser().write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"cannot write {args.output}: {exc}", FAILED) from exc
+    if args.json:
+        _emit_json(
+            {
+                "project": str(memory.project_dir) if memory.project_dir else None,
+                "chosen_by": choice.source,
+                "memory_dir": str(memory.store.root),
+                "format": args.format,
+                "content_type": content_type,
+                "output": args.output,
+                "content": None if args.output is not None else text,
+            }
+        )
+    elif args.output is not None:
+        print(f"exported {_header(memory)} to {args.output} ({args.format})")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _import(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    try:
+        if args.file == "-":
+            data = sys.stdin.read()
+        else:
+            data = Path(args.file).expanduser().read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"cannot import {args.file}: not UTF-8 text ({exc.reason})", FAILED) from exc
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror or exc}") from exc
+    try:
+        result = memory_api.import_(memory, choice, data, args.force)
+    except MemoryCallError as exc:
+        raise CliError(str(exc), FAILED) from exc
+    if args.json:
+        _emit_json(result)
+        return 0
+    print(f"imported {_entries(result['added'])} into {_header(memory)}")
+    if result["duplicates"]:
+        print(f"skipped {result['duplicates']} duplicate(s):")
+        for skipped in result["skipped"]:
+            print(f"  {_entry_line(skipped['entry'])}")
+            print(f"    {skipped['reason']}")
+        if not args.force and any(s["reason"].startswith("near") for s in result["skipped"]):
+            print("(--force adds the near duplicates too)")
+    return 0
+
+
+Handler = Callable[[argparse.Namespace, ProjectMemory, ProjectChoice], int]
+
+HANDLERS: dict[str, Handler] = {
+    "search": _search,
+    "store": _store,
+    "forget": _forget,
+    "list": _list,
+    "stats": _stats,
+    "export": _export,
+    "import": _import,
+    "cleanup": _cleanup,
+}
