@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
+from memory import markdown
 from memory.tokenize import TokenizerMode, tokenize
 
 K1 = 1.5
@@ -59,10 +59,6 @@ _TITLE_KINDS = {
     "fact": "facts",
     "note": "notes",
 }
-
-_ENTRY_DATE_RE = re.compile(r"\s*\[(\d{4}-\d{2}-\d{2})\]\s*$")
-_HEADING_DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[T ]|$)")
-_BULLET_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,28 +117,35 @@ def parse_documents(
     ``kind_hint`` names the kind of sections whose title is not a known kind (``"notes"`` for
     notes.md, ``"checkpoint"`` for checkpoints); by default it is guessed from the file name.
     Text before the first ``## `` heading is ignored unless it has content beyond headings.
+    The grammar (lines, headings, bullets, dates) is ``memory.markdown``'s.
     """
     hint = kind_hint or _kind_from_path(Path(path))
     documents: list[Document] = []
-    title: str | None = None
-    start = 0
-    body: list[tuple[int, str]] = []
-
-    def flush() -> None:
-        if title is None and not any(s.strip() and not s.startswith("#") for _, s in body):
-            return
+    for section in markdown.iter_sections(text):
+        entries = tuple([_make_entry(item) for item in section.items()])
+        if section.title is None and not entries:
+            continue
+        title = section.title or ""
+        dates = [entry.date for entry in entries if entry.date is not None]
+        section_date = max(dates) if dates else markdown.leading_date(title) or default_date
         documents.append(
-            _make_document(str(path), title or "", hint, len(documents), start, body, default_date)
+            Document(
+                path=str(path),
+                title=title,
+                kind=_kind_from_title(title, hint),
+                position=len(documents),
+                line=section.line,
+                text="\n".join(section.lines).strip("\n"),
+                entries=entries,
+                date=section_date,
+            )
         )
-
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.startswith("## "):
-            flush()
-            title, start, body = line[3:].strip(), number, []
-        else:
-            body.append((number, line))
-    flush()
     return documents
+
+
+def _make_entry(item: markdown.Item) -> Entry:
+    text, when = markdown.split_date(item.text)
+    return Entry(text=text, line=item.line, date=when)
 
 
 def _kind_from_path(path: Path) -> str:
@@ -160,66 +163,6 @@ def _kind_from_title(title: str, hint: str) -> str:
         if lowered.startswith(prefix):
             return kind
     return hint if hint in DECAY_HALF_LIFE_DAYS else "other"
-
-
-def _make_document(
-    path: str,
-    title: str,
-    hint: str,
-    position: int,
-    start: int,
-    body: list[tuple[int, str]],
-    default_date: date | None,
-) -> Document:
-    entries = tuple(_parse_entries(body))
-    dates = [entry.date for entry in entries if entry.date is not None]
-    section_date = max(dates) if dates else _parse_date(_HEADING_DATE_RE, title) or default_date
-    return Document(
-        path=path,
-        title=title,
-        kind=_kind_from_title(title, hint),
-        position=position,
-        line=start,
-        text="\n".join(line for _, line in body).strip("\n"),
-        entries=entries,
-        date=section_date,
-    )
-
-
-def _parse_entries(body: list[tuple[int, str]]) -> list[Entry]:
-    """Bullets become entries (indented lines continue them); other non-blank lines too."""
-    raw: list[tuple[int, str]] = []
-    in_bullet = False
-    for number, line in body:
-        if not line.strip() or line.lstrip().startswith("#"):
-            in_bullet = False
-            continue
-        bullet = _BULLET_RE.match(line)
-        if bullet is None and in_bullet and line[:1].isspace():
-            raw[-1] = (raw[-1][0], f"{raw[-1][1]} {line.strip()}")
-            continue
-        in_bullet = bullet is not None
-        raw.append((number, line[bullet.end() :] if bullet else line.strip()))
-    return [_make_entry(number, text) for number, text in raw]
-
-
-def _make_entry(number: int, text: str) -> Entry:
-    match = _ENTRY_DATE_RE.search(text)
-    if match is None:
-        return Entry(text=text.strip(), line=number)
-    return Entry(text=text[: match.start()].strip(), line=number, date=_to_date(match.group(1)))
-
-
-def _parse_date(pattern: re.Pattern[str], text: str) -> date | None:
-    match = pattern.search(text)
-    return _to_date(match.group(1)) if match else None
-
-
-def _to_date(text: str) -> date | None:
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        return None
 
 
 def document_terms(document: Document, mode: TokenizerMode = "bigram") -> list[str]:

@@ -1,9 +1,10 @@
 """Project memory on disk: `MEMORY.md` entries and `notes.md` keyword captures.
 
 `MEMORY.md` holds `## Decisions / Constraints / Gotchas / Facts / Notes` with bullets
-`- text [YYYY-MM-DD]`. The parser keeps every line it does not understand (prose, comments,
-unknown sections, CRLF endings), so a hand-edited file survives our edits. Every write goes
-through `memory.files.locked_update`, which re-reads the file under a lock.
+`- text [YYYY-MM-DD]`, read with the grammar of `memory.markdown` (the one search uses too).
+`MemoryFile` keeps every line it does not understand (prose, comments, unknown sections, CRLF
+endings), so a hand-edited file survives our edits. Every write goes through
+`memory.files.locked_update`, which re-reads the file under a lock.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from memory import markdown
 from memory.files import locked_update, read_text
 from memory.tokenize import tokenize
 
@@ -27,10 +29,7 @@ MEMORY_FILE = "MEMORY.md"
 NOTES_FILE = "notes.md"
 DEFAULT_SIMILARITY = 0.85
 
-_HEADING = re.compile(r"^##\s+(?P<name>.+?)\s*#*\s*$")
-_BULLET = re.compile(r"^\s*[-*+]\s+(?P<body>.*?)\s*$")
-_DATED = re.compile(r"^(?P<text>.*?)\s*\[(?P<date>\d{4}-\d{2}-\d{2})\]$")
-_NOTE_HASH = re.compile(r"^##\s.*\[(?P<hash>[0-9a-f]{8})\]\s*$", re.MULTILINE)
+_NOTE_HASH = re.compile(r"\[(?P<hash>[0-9a-f]{8})\]$")  # at the end of a notes.md heading
 _EDGE_PUNCT = " \t.,;:!?\u3002\u3001"  # after NFKC, fullwidth marks are ASCII
 
 
@@ -107,6 +106,7 @@ class Line:
 
     raw: str
     entry: Entry | None = None
+    continuation: bool = False  # continues the entry above; removed with it
 
 
 @dataclass
@@ -125,15 +125,8 @@ class MemoryFile:
 
     @classmethod
     def parse(cls, text: str) -> MemoryFile:
-        newline = "\r\n" if "\r\n" in text else "\n"
-        sections = [Section(None, None)]
-        for raw in _split_lines(text, newline):
-            heading = _HEADING.match(raw)
-            if heading:
-                sections.append(Section(raw, heading.group("name")))
-                continue
-            sections[-1].lines.append(Line(raw, _parse_entry(sections[-1].name, raw)))
-        return cls(sections, newline)
+        """Read `text` with the `memory.markdown` grammar; entries are bullets of SECTIONS."""
+        return cls([_section(part) for part in markdown.parse(text)], markdown.newline_of(text))
 
     def render(self) -> str:
         out: list[str] = []
@@ -159,13 +152,17 @@ class MemoryFile:
         section.lines = [Line(""), new, *trailing]
 
     def remove(self, ids: set[str]) -> list[Entry]:
+        """Remove the entries with these ids, each with its continuation lines."""
         removed: list[Entry] = []
         for section in self.sections:
             kept = []
+            dropping = False
             for line in section.lines:
                 if line.entry and line.entry.id in ids:
                     removed.append(line.entry)
-                else:
+                    dropping = True
+                elif not (dropping and line.continuation):
+                    dropping = False
                     kept.append(line)
             section.lines = kept
         return removed
@@ -196,29 +193,30 @@ class MemoryFile:
         return new
 
 
-def _split_lines(text: str, newline: str) -> list[str]:
-    """Split on the file's own line ending only (not on every unicode line break)."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    if newline == "\r\n":
-        lines = [line.removesuffix("\r") for line in lines]
-    return lines
+def _section(part: markdown.Section) -> Section:
+    """The editable form of a parsed section: every line kept, bullets of SECTIONS as entries.
+
+    An entry's text is its bullet line only; its continuation lines stay as written (marked,
+    so that removing the entry removes them too).
+    """
+    lines = [Line(raw) for raw in part.lines]
+    name = part.title
+    if name in SECTIONS:
+        for item in part.items():
+            if not item.bullet or not item.parts[0]:
+                continue
+            text, when = markdown.split_date(item.parts[0])
+            first = item.line - part.start
+            lines[first].entry = Entry(name, text, when.isoformat() if when else None)
+            for line in lines[first + 1 : first + item.span]:
+                line.continuation = True
+    return Section(part.heading, name, lines)
 
 
-def _parse_entry(section: str | None, raw: str) -> Entry | None:
-    if section not in SECTIONS:
-        return None
-    bullet = _BULLET.match(raw)
-    if not bullet or not bullet.group("body"):
-        return None
-    body = bullet.group("body")
-    dated = _DATED.match(body)
-    if dated and dated.group("text"):
-        return Entry(section, dated.group("text"), dated.group("date"))
-    return Entry(section, body)
+def _note_hashes(text: str) -> list[str]:
+    """The `[hash8]` tags of the notes.md headings in `text`."""
+    titles = (section.title for section in markdown.iter_sections(text) if section.title)
+    return [match["hash"] for title in titles if (match := _NOTE_HASH.search(title))]
 
 
 # ---------------------------------------------------------------- results
@@ -337,7 +335,7 @@ class MemoryStore:
             "sections": {name: sum(e.section == name for e in entries) for name in SECTIONS},
             "oldest": dates[0] if dates else None,
             "newest": dates[-1] if dates else None,
-            "notes": len(_NOTE_HASH.findall(read_text(self.notes_path))),
+            "notes": len(_note_hashes(read_text(self.notes_path))),
             "bytes": len(read_text(self.memory_path).encode()),
         }
 
@@ -439,11 +437,11 @@ class MemoryStore:
         added: list[bool] = []
 
         def edit(old: str) -> str:
-            if digest in _NOTE_HASH.findall(old):
+            if digest in _note_hashes(old):
                 added.append(False)
                 return old
             added.append(True)
-            newline = "\r\n" if "\r\n" in old else "\n"
+            newline = markdown.newline_of(old)
             prefix = old if not old or old.endswith(newline) else old + newline
             sep = newline if prefix else ""
             block = newline.join([heading, "", *body.splitlines()]) + newline

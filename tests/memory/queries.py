@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001 -- Chinese memory text uses fullwidth punctuation on purpose
+
 """A labelled query set: realistic memory files and queries with known right answers.
 
 Each answer names the file, the ``## `` section and a substring of the entry that should be the
