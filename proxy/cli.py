@@ -15,6 +15,8 @@ from aiohttp import web
 from proxy import __version__
 from proxy.app import create_app
 from proxy.config import ENV_PREFIX, ConfigError, Settings, add_arguments, load_settings
+from proxy.history_cli import ARGUMENT_KEYS as HISTORY_KEYS
+from proxy.history_cli import add_history_parser, run_history
 from proxy.logs import configure_logging
 from proxy.memory_cli import ARGUMENT_KEYS as MEMORY_KEYS
 from proxy.memory_cli import add_memory_parser, run_memory
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     expand_cmd.add_argument("--end-line", type=int, default=None, help="last line (inclusive)")
     add_arguments(expand_cmd)
     add_memory_parser(commands)
+    add_history_parser(commands)
     return parser
 
 
@@ -106,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     not_settings = {"command", "target", "json", "key", "start_line", "end_line", *MEMORY_KEYS}
+    not_settings |= HISTORY_KEYS
     flags = {key: value for key, value in vars(args).items() if key not in not_settings}
     try:
         settings = load_settings(flags)
@@ -126,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return replay(Path(args.target), settings, as_json=args.json)
     if args.command == "memory":
         return run_memory(args, settings)
+    if args.command == "history":
+        return run_history(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
