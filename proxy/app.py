@@ -26,7 +26,7 @@ from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
-from proxy.memory_http import memory_handler
+from proxy.memory_http import memory_handler, session_handler
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
@@ -177,6 +177,8 @@ async def index_handler(request: web.Request) -> web.Response:
                 "/expand/{key}",
                 "/mcp",
                 "/memory/{search,list,stats,export,store,forget,import,cleanup}",
+                "/sessions/{sid}/checkpoint",
+                "/sessions/{sid}/messages/{n}",
             ],
         }
     )
@@ -457,6 +459,9 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     app.router.add_route(
         "*", "/memory/{operation}", memory_handler(memory, settings, count_memory_call)
     )
+    sessions = session_handler(memory, settings)
+    app.router.add_get("/sessions/{sid}/checkpoint", sessions)
+    app.router.add_get("/sessions/{sid}/messages/{n}", sessions)
     app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)

@@ -214,7 +214,9 @@ OPTIONS: tuple[Option, ...] = (
         "compress",
         _parse_bool,
         True,
-        "Compress agent requests. Off: a transparent relay that still counts and reports.",
+        "Rewrite requests: compression, memory injection and nudges, the compaction prompt. "
+        "Off: every body goes upstream byte for byte; the proxy still counts, reports, captures "
+        "notes and writes checkpoints.",
         "BOOL",
     ),
     Option(
@@ -373,6 +375,52 @@ OPTIONS: tuple[Option, ...] = (
         "TOKENS",
     ),
     Option(
+        "checkpoints",
+        _parse_bool,
+        True,
+        "On a compaction request, save the session's history and a checkpoint (intents, "
+        "decisions, constraints, gotchas, file changes) in the project's .deep-memory/.",
+        "BOOL",
+    ),
+    Option(
+        "checkpoint_keep",
+        _parse_positive_int,
+        5,
+        "Archived checkpoints kept per session under .deep-memory/sessions/<sid>/.",
+        "N",
+    ),
+    Option(
+        "compaction_prompt",
+        _choice("off", "augment", "replace"),
+        "augment",
+        "What the summarizer is told: 'augment' adds a handoff note (eight things to cover, "
+        "where the history is archived) to its system prompt, 'replace' swaps OpenCode's "
+        "template for an eight-section handoff, 'off' changes nothing.",
+        "MODE",
+    ),
+    Option(
+        "compaction_compress",
+        _parse_bool,
+        True,
+        "Compress large tool results inside the compaction transcript (originals stay expandable).",
+        "BOOL",
+    ),
+    Option(
+        "resume",
+        _parse_bool,
+        True,
+        "After a compaction, and on the first message of a new session in a project that has "
+        "a checkpoint, add the checkpoint's essentials beside the user message.",
+        "BOOL",
+    ),
+    Option(
+        "resume_tokens",
+        _parse_non_negative_int,
+        800,
+        "Token budget of the resume block.",
+        "TOKENS",
+    ),
+    Option(
         "max_sessions",
         _parse_positive_int,
         1000,
@@ -431,6 +479,12 @@ class Settings:
     memory_first_recall_tokens: int = 1000
     nudge_cooldown_turns: int = 5
     pressure_nudge_tokens: int = 150_000
+    checkpoints: bool = True
+    checkpoint_keep: int = 5
+    compaction_prompt: str = "augment"
+    compaction_compress: bool = True
+    resume: bool = True
+    resume_tokens: int = 800
     config_file: Path | None = None
 
     @property

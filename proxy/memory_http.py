@@ -12,6 +12,9 @@ project, ``?scope=global`` the global memory.
     POST /memory/forget    {"ids": [...]} or {"query": ...}, "confirm": false|true
     POST /memory/import[?force=true]   body: a JSON or Markdown export
     POST /memory/cleanup   {"older_than_days": N, "section": ..., "ids": [...], "dry_run": true}
+
+and the compaction archive: ``GET /sessions/{sid}/checkpoint`` and
+``GET /sessions/{sid}/messages/{n}``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from memory.archive import ArchiveError, archived_message, session_checkpoints
 from memory.catalog import ProjectMemory
 from memory.files import LockTimeout
 from memory.project import PROJECT_HEADER
@@ -158,3 +162,54 @@ async def _dispatch(request: web.Request, name: str, service: MemoryService) -> 
 
 def _endpoint(request: web.Request) -> str | None:
     return request.headers.get(PROJECT_HEADER) or None
+
+
+def session_handler(
+    service: MemoryService, settings: Settings
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``GET /sessions/{sid}/messages/{n}``: message ``n`` (0-based) of the session's newest
+    archived history; ``GET /sessions/{sid}/checkpoint``: its newest checkpoint.md.
+
+    The project is ``?project=DIR`` or the header, else the one the session's requests named,
+    else ``project_dir``, else the global memory.
+    """
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if not admin_allowed(request, settings):
+            return forbidden()
+        session_id = request.match_info["sid"]
+        named = request.query.get("project") or _endpoint(request)
+        try:
+            project = (
+                service.projects.check(named, "project")
+                if named
+                else service.projects.for_session(session_id) or settings.project_dir
+            )
+        except ValueError as exc:
+            return error_response(400, str(exc), "invalid_request", "bad_project")
+        memory = service.catalog.get(project)
+        memory_dir = memory.memory_dir or memory.global_dir
+        what = request.match_info.get("n")
+        try:
+            if what is None:
+                archives = session_checkpoints(memory_dir, session_id)
+                if not archives:
+                    raise ArchiveError(f"no checkpoint for session {session_id!r} in {memory_dir}")
+                text = archives[0].checkpoint.read_text(encoding="utf-8")
+                return web.Response(text=text, content_type="text/markdown", charset="utf-8")
+            if not what.isdigit():
+                return error_response(
+                    400, "the message number must be 0 or more", "invalid_request", "bad_index"
+                )
+            return json_response(archived_message(memory_dir, session_id, int(what)))
+        except ArchiveError as exc:
+            return error_response(
+                404,
+                f"{exc.args[0]}; name the project with ?project=DIR if it is another one",
+                "not_found",
+                "not_archived",
+            )
+        except (OSError, ValueError) as exc:
+            return error_response(500, f"cannot read the archive: {exc}", "server_error", "io")
+
+    return handle

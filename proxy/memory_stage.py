@@ -25,9 +25,11 @@ import xxhash
 
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Kind, Role
+from memory.archive import latest_checkpoint, session_checkpoints, session_dirname
 from memory.catalog import MemoryCatalog, ProjectMemory
+from memory.checkpoint import Checkpoint, essentials
 from memory.files import LockTimeout
-from memory.injection import recall_block, stable_block
+from memory.injection import defang, recall_block, stable_block, wrap
 from memory.injection_memo import Injected, InjectionMemo, SessionInjections
 from memory.project import PROJECT_HEADER
 from memory.signals import capture, nudge_reasons
@@ -41,6 +43,14 @@ from proxy.sessions import RequestKind
 log = logging.getLogger("deepmem.memory")
 
 REPORT = "memory"
+RESUME_OWN = (
+    "This conversation was compacted. deepmem saved a checkpoint first; its essentials follow "
+    "(full history: {raw})."
+)
+RESUME_OTHER = (
+    "deepmem's checkpoint of an earlier session in this project ({session}, {when}), for "
+    "continuity; the user's message comes first (full history: {raw})."
+)
 MAX_HITS = 5
 MEMORY_STORE_TOOL = "memory_store"
 
@@ -109,7 +119,7 @@ class MemoryStage:
         if context.kind is not RequestKind.AGENT:
             return False
         header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
-        resolution = self.projects.for_request(header, conversation.system_text)
+        resolution = self.projects.for_request(header, conversation.system_text, context.session_id)
         report = MemoryReport(resolution.path, resolution.reason)
         context.reports[REPORT] = report
         memory = self.catalog.get(resolution.path)
@@ -161,9 +171,47 @@ class MemoryStage:
         block = recall_block(lines, budget, [text for _, text in nudges])
         report.hits = len(lines) if block else 0
         report.nudges = tuple(kind for kind, _ in nudges)
+        if settings.resume and settings.resume_tokens:
+            resume, used = self._resume(memory, memo, context.session_id)
+            if resume:
+                block = resume + "\n\n" + block if block else resume
+                report.nudges += (used,)
         self.memo.add(context.session_id, anchor, Injected(block, memo.turns, report.nudges))
         if settings.memory_captures:
             report.captured = self._capture(memory, context.session_id, text, report)
+
+    def _resume(
+        self, memory: ProjectMemory, memo: SessionInjections, session_id: str
+    ) -> tuple[str, str]:
+        """The resume block and its memo tag, or ("", "") when there is nothing to resume.
+
+        The session's own newest checkpoint, once, after a compaction; on a session's first
+        message, the newest checkpoint of any other session of the project.
+        """
+        memory_dir = memory.memory_dir or memory.global_dir
+        used = {
+            tag for i in memo.by_anchor.values() for tag in i.nudges if tag.startswith("resume:")
+        }
+        own = session_checkpoints(memory_dir, session_id)
+        if own and f"resume:{own[0].stamp}" not in used:
+            chosen, intro = own[0], RESUME_OWN
+        elif memo.turns == 0:
+            latest = latest_checkpoint(memory_dir)
+            if latest is None or latest.session == session_dirname(session_id):
+                return "", ""
+            chosen, intro = latest, RESUME_OTHER
+        else:
+            return "", ""
+        try:
+            checkpoint = Checkpoint.parse(chosen.checkpoint.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read checkpoint %s: %s", chosen.checkpoint, exc)
+            return "", ""
+        digest = essentials(checkpoint, self.settings.resume_tokens)
+        if not digest.strip():
+            return "", ""
+        header = intro.format(session=checkpoint.session_id, when=chosen.stamp[:8], raw=chosen.raw)
+        return wrap("resume", header + "\n" + defang(digest)), f"resume:{chosen.stamp}"
 
     def _nudges(
         self,

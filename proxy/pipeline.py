@@ -50,6 +50,7 @@ class RequestContext:
     kind: RequestKind
     idle_seconds: float | None = None  # since the session's previous request, when known
     headers: Any = None  # the client's request headers
+    raw: bytes = b""  # the body exactly as the client sent it
     reports: dict[str, Any] = field(default_factory=dict)  # what each transform did
 
 
@@ -103,7 +104,7 @@ def rewrite_request(
         if not transforms:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
         idle = idle_seconds(session_id) if idle_seconds is not None else None
-        context = RequestContext(dialect, session_id, kind, idle, headers)
+        context = RequestContext(dialect, session_id, kind, idle, headers, raw)
         changed = False
         for transform in transforms:
             changed = transform(conversation, context) or changed

@@ -49,9 +49,16 @@ class ProjectResolver:
         self.allowed_roots = list(allowed_roots)
         self._cache: LRUCache[tuple[str | None, str | None], Resolution] = LRUCache(maxsize=512)
         self._active: dict[Path, float] = {}
+        self._sessions: LRUCache[str, Path] = LRUCache(maxsize=4096)
 
-    def for_request(self, header: str | None, system_prompt: str) -> Resolution:
-        """The project of a chat request (memoised by the raw candidates)."""
+    def for_request(
+        self, header: str | None, system_prompt: str, session_id: str | None = None
+    ) -> Resolution:
+        """The project of a chat request (memoised by the raw candidates).
+
+        A request without a working directory of its own (a compaction request carries the
+        summarizer's prompt) gets the project its session last named.
+        """
         key = (header, working_directory_from_prompt(system_prompt))
         found = self._cache.get(key)
         if found is None or (found.path is not None and not found.path.is_dir()):
@@ -59,7 +66,17 @@ class ProjectResolver:
             self._cache[key] = found
         if found.path is not None:
             self._active[found.path] = time.monotonic()
+            if session_id is not None:
+                self._sessions[session_id] = found.path
+        elif found.source is None and session_id is not None:
+            known = self._sessions.get(session_id)
+            if known is not None:
+                return Resolution(known, "session", f"the project session {session_id} named")
         return found
+
+    def for_session(self, session_id: str) -> Path | None:
+        """The project the session's requests last named, if this process saw one."""
+        return self._sessions.get(session_id)
 
     def check(self, raw: str, source: str) -> Path:
         """An explicitly named project, or ``ValueError`` saying why it is refused."""

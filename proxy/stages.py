@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
 from memory.injection_memo import InjectionMemo
 from memory.memo import MemoStore
+from proxy.compaction import CompactionStage
 from proxy.compression import CompressionStage, compression_settings
 from proxy.config import Settings
 from proxy.health import Health
@@ -38,8 +39,32 @@ def build_transforms(
     memory: MemoryService | None = None,
     health: Health | None = None,
 ) -> list[Transform]:
-    """Compression, then memory (left out when ``memory`` is None, as in replay)."""
+    """Compaction, compression, then memory (compaction and memory are left out when
+    ``memory`` is None, as in replay)."""
     transforms: list[Transform] = []
+    if not settings.compress:
+        # A pure relay: nothing in a request changes; captures and checkpoints still happen.
+        settings = replace(
+            settings,
+            memory_inject=False,
+            memory_nudges=False,
+            resume=False,
+            compaction_compress=False,
+            compaction_prompt="off",
+        )
+    if memory is not None and (
+        settings.checkpoints or settings.compaction_compress or settings.compaction_prompt != "off"
+    ):
+        transforms.append(
+            CompactionStage(
+                settings,
+                memory.catalog,
+                memory.projects,
+                stores.originals,
+                compression_settings(settings),
+                health,
+            )
+        )
     if settings.compress:
         transforms.append(
             CompressionStage(

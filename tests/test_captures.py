@@ -13,7 +13,7 @@ from proxy.dialects import chat_dialect
 from proxy.sessions import RequestKind, classify
 from tests.conftest import CAPTURES
 
-CAPTURE_FILES = sorted(CAPTURES.glob("*.json"))
+CAPTURE_FILES = sorted(p for p in CAPTURES.glob("*.json") if "-db-" not in p.name)  # requests only
 EXPECTED_KIND = {
     "agent-tool1": RequestKind.AGENT,
     "agent-final": RequestKind.AGENT,

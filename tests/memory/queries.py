@@ -1,4 +1,3 @@
-
 """A labelled query set: realistic memory files and queries with known right answers.
 
 Each answer names the file, the ``## `` section and a substring of the entry that should be the

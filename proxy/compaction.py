@@ -1,0 +1,263 @@
+"""The compaction stage: save the history before OpenCode summarises it away, and help the
+summarizer.
+
+For agent requests it only remembers the body the session last sent (the originals, as bytes;
+nothing is parsed or copied). For a compaction request (``proxy.sessions.classify``: no tools,
+a ``<conversation>`` transcript) it, in order:
+
+1. writes the checkpoint (``memory.archive``): the raw history as last seen, the extraction
+   (``memory.checkpoint``), the per-session archive and the compaction log. A failure to write
+   is reported in ``/health`` and the log, and the request still goes on;
+2. compresses the large tool results inside the transcript (``compaction_compress``), keeping
+   their originals in CCR so a marker the summary carries forward can still be expanded;
+3. improves the summarizer's instructions (``compaction_prompt``): ``augment`` adds a handoff
+   note to the system prompt, ``replace`` swaps OpenCode's template for an eight-section one,
+   ``off`` leaves them alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from cachetools import LRUCache
+
+from compressors.pipeline import CompressionSettings
+from compressors.transcript import CLOSE, compress_transcript
+from compressors.view import Conversation, Dialect, Kind, Role, parse_conversation
+from memory.archive import archive_paths, write_checkpoint
+from memory.catalog import MemoryCatalog
+from memory.ccr import OriginalStore
+from memory.checkpoint import Checkpoint, extract, extract_transcript
+from memory.files import LockTimeout
+from memory.injection import wrap
+from memory.project import PROJECT_HEADER
+from proxy.config import Settings
+from proxy.health import Health
+from proxy.pipeline import RequestContext
+from proxy.projects import ProjectResolver
+from proxy.sessions import RequestKind
+
+log = logging.getLogger("deepmem.compaction")
+
+REPORT = "compaction"
+PROMPT_MODES = ("off", "augment", "replace")
+
+COVERAGE = (
+    "(1) the task overview, (2) progress so far, (3) key decisions and why, (4) constraints "
+    "and user preferences, (5) files touched, (6) errors met and how they were fixed, (7) next "
+    "steps, (8) critical context: exact paths, commands, identifiers, error strings"
+)
+MARKER_NOTE = (
+    'Markers like [deep-memory: … — original intact: deep_expand("ccr:…")] stand for tool '
+    "output that was shortened; the original is intact. Keep the key of any marker whose "
+    "content matters, so the next agent can expand it."
+)
+REPLACEMENT_TEMPLATE = """\
+Write a handoff summary of the conversation above for the coding agent that continues the \
+work. It will see only your summary, so keep exact file paths, commands, identifiers, error \
+strings and URLs. Use terse bullets, and the language of the conversation. Do not continue \
+the conversation and do not answer questions in it. Output exactly these sections, in this \
+order, keeping every section (write "(none)" when a section is empty):
+
+## Task Overview
+## Progress
+## Key Decisions
+## Constraints
+## Files Touched
+## Errors and Fixes
+## Next Steps
+## Critical Context
+"""
+
+
+def handoff_note(archive: Path | None, messages: int) -> str:
+    lines = [
+        "The summary you write is all the next agent will see of this conversation: write it "
+        f"as a handoff. Within the requested format, cover {COVERAGE}.",
+        MARKER_NOTE,
+    ]
+    if archive is not None:
+        lines.append(f"deepmem archived the full history ({messages} messages) at {archive}.")
+    return wrap("handoff", "\n".join(lines))
+
+
+@dataclass(slots=True)
+class CompactionReport:
+    project: Path | None
+    memory_dir: Path
+    messages: int
+    source: str  # "proxy": the history this proxy saw; "transcript": the request's own text
+    checkpoint: Path | None = None
+    write_error: str | None = None
+    outputs_compressed: int = 0
+    prompt: str = "off"
+
+
+class HistoryCache:
+    """The last agent request body of each session, bounded in sessions and bytes."""
+
+    def __init__(self, max_sessions: int = 256, max_bytes: int = 512 * 1024 * 1024) -> None:
+        self._bodies: LRUCache[str, tuple[Dialect, bytes]] = LRUCache(
+            maxsize=max_bytes, getsizeof=lambda entry: len(entry[1]) or 1
+        )
+        self._max_sessions = max_sessions
+
+    def remember(self, session_id: str, dialect: Dialect, raw: bytes) -> None:
+        if len(raw) > self._bodies.maxsize:
+            return
+        self._bodies[session_id] = (dialect, raw)
+        while len(self._bodies) > self._max_sessions:
+            self._bodies.popitem()
+
+    def get(self, session_id: str) -> tuple[Dialect, bytes] | None:
+        return self._bodies.get(session_id)
+
+
+def history_messages(conversation: Conversation) -> list[Any]:
+    """The wire messages of a request, with a top-level system prompt as a first message."""
+    body = conversation.body
+    if conversation.dialect is Dialect.OPENAI_CHAT:
+        return list(body.get("messages") or [])
+    if conversation.dialect is Dialect.ANTHROPIC:
+        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
+        return system + list(body.get("messages") or [])
+    entries = body.get("input")
+    messages = entries if isinstance(entries, list) else [{"role": "user", "content": entries}]
+    instructions = body.get("instructions")
+    return ([{"role": "system", "content": instructions}] if instructions else []) + messages
+
+
+@dataclass
+class CompactionStage:
+    settings: Settings
+    catalog: MemoryCatalog
+    projects: ProjectResolver
+    originals: OriginalStore
+    compression: CompressionSettings
+    health: Health | None = None
+    histories: HistoryCache = field(default_factory=HistoryCache)
+
+    def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
+        header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
+        if context.kind is RequestKind.AGENT:
+            self.histories.remember(context.session_id, context.dialect, context.raw)
+            self.projects.for_request(header, conversation.system_text, context.session_id)
+            return False
+        if context.kind is not RequestKind.COMPACTION:
+            return False
+        project = self.projects.for_request(
+            header, conversation.system_text, context.session_id
+        ).path
+        memory = self.catalog.get(project)
+        memory_dir = memory.memory_dir or memory.global_dir
+        now = datetime.now(UTC)
+        history, source, checkpoint = self._history(conversation, context.session_id, now)
+        report = CompactionReport(project, memory_dir, len(history), source)
+        context.reports[REPORT] = report
+        if self.settings.checkpoints:
+            self._write(memory_dir, context.session_id, now, history, checkpoint, report)
+        changed = False
+        if self.settings.compaction_compress:
+            changed = self._compress(conversation, report)
+        mode = self.settings.compaction_prompt
+        archive = report.checkpoint
+        if mode == "augment":
+            changed = conversation.append_to_system(handoff_note(archive, len(history))) or changed
+            report.prompt = mode
+        elif mode == "replace":
+            changed = self._replace_template(conversation, archive, len(history)) or changed
+            report.prompt = mode
+        return changed
+
+    def _history(
+        self, conversation: Conversation, session_id: str, now: datetime
+    ) -> tuple[list[Any], str, Checkpoint]:
+        cached = self.histories.get(session_id)
+        if cached is not None:
+            dialect, raw = cached
+            seen = parse_conversation(dialect, orjson.loads(raw))
+            return history_messages(seen), "proxy", extract(seen, session_id, now)
+        transcript = "\n".join(
+            item.text
+            for item in conversation.items
+            if item.role is Role.USER and item.kind is Kind.TEXT
+        )
+        checkpoint = extract_transcript(transcript, session_id, now)
+        return history_messages(conversation), "transcript", checkpoint
+
+    def _write(
+        self,
+        memory_dir: Path,
+        session_id: str,
+        now: datetime,
+        history: list[Any],
+        checkpoint: Checkpoint,
+        report: CompactionReport,
+    ) -> None:
+        try:
+            memory_dir.mkdir(parents=True, exist_ok=True)
+            written = write_checkpoint(
+                memory_dir,
+                session_id,
+                now,
+                history,
+                _rendered(checkpoint, memory_dir, session_id, now),
+                keep=self.settings.checkpoint_keep,
+                log_fields={"source": report.source, "project": str(report.project or "")},
+            )
+        except (OSError, LockTimeout) as exc:
+            # The compaction itself must go on: OpenCode is out of context and waiting.
+            report.write_error = str(exc)
+            log.warning("cannot write the checkpoint in %s: %s", memory_dir, exc)
+            if self.health is not None:
+                self.health.report("checkpoint_writes", f"cannot write in {memory_dir}: {exc}")
+            return
+        report.checkpoint = written.archived_raw
+        if self.health is not None:
+            self.health.clear("checkpoint_writes")
+
+    def _compress(self, conversation: Conversation, report: CompactionReport) -> bool:
+        changed = False
+        for item in conversation.items:
+            if item.role is not Role.USER or item.kind is not Kind.TEXT:
+                continue
+            text = item.text
+            if CLOSE not in text:
+                continue
+            result = compress_transcript(text, self.compression)
+            if result.originals:
+                self.originals.put_many(result.originals)
+                item.set_text(result.text)
+                report.outputs_compressed += result.compressed
+                changed = True
+        return changed
+
+    def _replace_template(
+        self, conversation: Conversation, archive: Path | None, messages: int
+    ) -> bool:
+        for item in reversed(conversation.items):
+            if item.role is not Role.USER or item.kind is not Kind.TEXT:
+                continue
+            text = item.text
+            end = text.rfind(CLOSE)
+            if end < 0:
+                continue
+            tail = REPLACEMENT_TEMPLATE + "\n" + MARKER_NOTE
+            if archive is not None:
+                tail += (
+                    f"\nThe full history ({messages} messages) is archived at {archive}; "
+                    "mention this path under Critical Context."
+                )
+            item.set_text(text[: end + len(CLOSE)] + "\n\n" + tail)
+            return True
+        return False
+
+
+def _rendered(checkpoint: Checkpoint, memory_dir: Path, session_id: str, now: datetime) -> str:
+    checkpoint.archive = str(archive_paths(memory_dir, session_id, now)[1])
+    return checkpoint.render()
