@@ -24,7 +24,7 @@ import orjson
 
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Kind, Role, parse_conversation
-from memory.signals import _SIGNALS
+from memory.signals import SIGNAL_PATTERNS
 from memory.store import normalize
 
 MAX_ITEMS = 20
@@ -293,7 +293,7 @@ def _intents(user_messages: list[tuple[int, str]]) -> list[str]:
 
 # -- decisions, constraints, stated fixes
 
-_SIGNAL = {kind: pattern for kind, _section, pattern in _SIGNALS}
+_SIGNAL = {kind: pattern for kind, _section, pattern in SIGNAL_PATTERNS}
 _MORE_DECISIONS = re.compile(
     r"\b(?:decided\s+(?:to|on|that)|opted\s+(?:for|to)|chose\s+to|going\s+with|"
     r"(?:use|using|switch(?:ed|ing)?\s+to|go\s+with)\b[^.;\n]{1,60}\b(?:instead\s+of|rather\s+than))\b"
@@ -822,6 +822,13 @@ def _error_line(result: str, command: str) -> str | None:
         exceptions = [line for line in after if _EXCEPTION_LINE.match(line)]
         if exceptions or after:
             return _clean_error((exceptions or after)[-1])
+    failed = next((line for line in lines if _ERROR_LINES[0][0].search(line)), None)
+    exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    if failed is not None and exceptions:
+        # "FAILED test_x" names the test, the exception line says what went wrong: keep both.
+        reason = re.sub(r"^E\d*\s+", "", _clean_error(exceptions[-1]))
+        if reason not in failed:
+            return _one_line(f"{_clean_error(failed)} — {reason}", ERROR_CHARS)
     for pattern, take_last in _ERROR_LINES:
         matching = [line for line in lines if pattern.search(line)]
         if matching:

@@ -49,7 +49,7 @@ class Signal:
     excerpt: str  # the sentence that matched
 
 
-_SIGNALS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+SIGNAL_PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "decision",
         "Decisions",
@@ -87,13 +87,13 @@ def nudge_reasons(texts: list[str]) -> list[Signal]:
     """At most one signal per kind, from the first sentence that shows it."""
     found: dict[str, Signal] = {}
     for text in texts:
-        for kind, section, pattern in _SIGNALS:
+        for kind, section, pattern in SIGNAL_PATTERNS:
             if kind in found:
                 continue
             match = pattern.search(text)
             if match is not None:
                 found[kind] = Signal(kind, section, _sentence_around(text, match.start()))
-    return [found[kind] for kind, _, _ in _SIGNALS if kind in found]
+    return [found[kind] for kind, _, _ in SIGNAL_PATTERNS if kind in found]
 
 
 def _sentence_around(text: str, at: int, limit: int = 160) -> str:

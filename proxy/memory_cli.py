@@ -2,6 +2,9 @@
 
 Every subcommand calls the operation of ``proxy.memory_api`` that the HTTP endpoints and the
 MCP tools call, so the three behave the same; this module only parses, confirms and prints.
+``memory consolidate`` folds recurring checkpoint lines and notes into MEMORY.md
+(``memory.consolidate``), and ``deepmem checkpoint show`` prints a compaction checkpoint
+(``memory.archive``); both choose the project as the memory subcommands do.
 """
 
 from __future__ import annotations
@@ -13,8 +16,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from memory.archive import (
+    CHECKPOINT_FILE,
+    RAW_FILE,
+    SESSIONS_DIR,
+    ArchivedCheckpoint,
+    latest_checkpoint,
+    session_checkpoints,
+    session_dirname,
+)
 from memory.catalog import ProjectMemory
-from memory.store import SECTIONS
+from memory.checkpoint import Checkpoint
+from memory.consolidate import Candidate, ConsolidationResult, consolidate, default_sources
+from memory.store import MEMORY_FILE, SECTIONS
 from proxy import memory_api
 from proxy.config import Settings, add_arguments
 from proxy.memory_api import MemoryCallError
@@ -38,6 +54,10 @@ ARGUMENT_KEYS = frozenset(
         "file",
         "older_than",
         "dry_run",
+        "min_count",
+        "checkpoint_command",
+        "session",
+        "raw",
     }
 )
 
@@ -45,9 +65,9 @@ USAGE = 2
 FAILED = 1
 
 DESCRIPTION = """\
-Search, store, forget, list, export, import and clean up memory entries directly in the memory
-files (a project's .deep-memory/MEMORY.md, or the global memory under the data dir); the proxy
-need not run. The project is --project DIR (default: the current directory) or --global.
+Search, store, forget, list, export, import, clean up and consolidate memory entries directly
+in the memory files (a project's .deep-memory/MEMORY.md, or the global memory under the data
+dir); the proxy need not run. The project is --project DIR (default: the current directory) or --global.
 Unlike the proxy, the command line does not check --allowed-roots: you are the local user.
 """
 
@@ -70,7 +90,7 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     memory = commands.add_parser(
         "memory",
         help="search and edit the memory files: search|store|forget|list|stats|export|import|"
-        "cleanup",
+        "cleanup|consolidate",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -130,6 +150,27 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     cleanup.add_argument("--dry-run", action="store_true", help="show, never remove")
     cleanup.add_argument("--force", action="store_true", help="remove without asking")
 
+    consolidate_cmd = _sub(
+        subs,
+        "consolidate",
+        "fold recurring checkpoint decisions, constraints and gotchas into MEMORY.md",
+        "Group the near-duplicate Decisions, Constraints and Gotchas lines of the checkpoints "
+        "(checkpoint.md and sessions/*/checkpoint*.md) and the notes of notes.md; every group "
+        "seen in at least --min-count sessions becomes one MEMORY.md entry, unless MEMORY.md "
+        "already holds it. Shows what would be added, then adds it after a 'y' on a terminal, "
+        "or at once with --force. Without a terminal and without --force it only shows it; "
+        "--dry-run only shows it.",
+    )
+    consolidate_cmd.add_argument(
+        "--min-count",
+        type=_positive,
+        default=2,
+        metavar="N",
+        help="sessions (or files) a line must recur in (default: 2)",
+    )
+    consolidate_cmd.add_argument("--dry-run", action="store_true", help="show, never add")
+    consolidate_cmd.add_argument("--force", action="store_true", help="add without asking")
+
     # Last, so that each subcommand's own options come first in its --help.
     for parser in subs.choices.values():
         add_arguments(parser)
@@ -151,6 +192,49 @@ def _sub(
     return parser
 
 
+def add_checkpoint_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    checkpoint = commands.add_parser(
+        "checkpoint",
+        help="print a compaction checkpoint of a project: show",
+        description=CHECKPOINT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subs = checkpoint.add_subparsers(
+        dest="checkpoint_command", metavar="SUBCOMMAND", required=True
+    )
+    show = _sub(
+        subs,
+        "show",
+        "print the newest checkpoint",
+        "Print the newest checkpoint.md of the project's memory directory (with --session, "
+        "that session's newest archived checkpoint). --raw prints the raw history JSON saved "
+        "next to it instead; --json prints {path, session, captured, text} of the file shown.",
+    )
+    show.add_argument(
+        "--session", metavar="SID", default=None, help="that session's newest archived checkpoint"
+    )
+    show.add_argument("--raw", action="store_true", help="print the raw history JSON instead")
+    add_arguments(show)
+
+
+CHECKPOINT_DESCRIPTION = """\
+Print the checkpoints deepmem writes when OpenCode compacts a session: .deep-memory/checkpoint.md
+(the last compaction), checkpoint.raw.json (its raw history) and the per-session archive under
+.deep-memory/sessions/<sid>/; the proxy need not run. The project is --project DIR (default: the
+current directory) or --global.
+"""
+
+
+def _positive(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _days(raw: str) -> int:
     try:
         value = int(raw)
@@ -165,7 +249,14 @@ def _days(raw: str) -> int:
 
 
 def run_memory(args: argparse.Namespace, settings: Settings) -> int:
-    handler = HANDLERS[args.memory_command]
+    return _run(HANDLERS[args.memory_command], args, settings)
+
+
+def run_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(CHECKPOINT_HANDLERS[args.checkpoint_command], args, settings)
+
+
+def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -> int:
     try:
         memory, choice = _choose(args, settings)
         return handler(args, memory, choice)
@@ -435,6 +526,175 @@ def _import(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoi
     return 0
 
 
+def _consolidate(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
+    store = memory.store
+    sources = default_sources(store.root)
+    preview = consolidate(store, sources, args.min_count, dry_run=True)
+    count = len(preview.added)
+    if not args.json:
+        _consolidation_text(preview, memory, len(sources), args.min_count)
+    if args.dry_run:
+        if args.json:
+            _emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
+        else:
+            print("dry run: nothing added")
+        return 0
+    if count == 0:
+        go = False
+    elif args.force:
+        go = True
+    elif _interactive():
+        if args.json:
+            print(preview.report(), file=sys.stderr)
+        go = _confirm(f"add {_entries(count)} to {store.root / MEMORY_FILE}?")
+        if not go and not args.json:
+            print("nothing added")
+    else:
+        go = False
+        if not args.json:
+            print(f"not added: no terminal to confirm; rerun with --force to add {count}")
+    if not go:
+        if args.json:
+            _emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
+        return 0
+    result = consolidate(store, sources, args.min_count, dry_run=False)
+    if args.json:
+        _emit_json(_consolidation_json(result, memory, choice, args.min_count, True))
+        return 0
+    print(f"added {_entries(len(result.added))} to {store.root / MEMORY_FILE}")
+    if [c.text for c in result.added] != [c.text for c in preview.added]:
+        # MEMORY.md changed since the preview: say what happened instead.
+        _consolidation_text(result, memory, len(sources), args.min_count)
+    return 0
+
+
+def _below(result: ConsolidationResult, min_count: int) -> int:
+    return sum(1 for s in result.skipped if len(s.candidate.sources) < min_count)
+
+
+def _consolidation_text(
+    result: ConsolidationResult, memory: ProjectMemory, files: int, min_count: int
+) -> None:
+    """The report, without the lines seen too rarely (there are many; --json lists them)."""
+    print(f"consolidate {_header(memory)}: {files} file(s), {len(result.sources)} source(s)")
+    shown = ConsolidationResult(
+        result.dry_run,
+        result.added,
+        [s for s in result.skipped if len(s.candidate.sources) >= min_count],
+        result.sources,
+    )
+    print(shown.report())
+    rare = _below(result, min_count)
+    if rare:
+        print(f"({rare} line(s) seen in fewer than {min_count} sources not shown)")
+
+
+def _consolidation_json(
+    result: ConsolidationResult,
+    memory: ProjectMemory,
+    choice: ProjectChoice,
+    min_count: int,
+    written: bool,
+) -> dict[str, Any]:
+    return {
+        "project": str(memory.project_dir) if memory.project_dir else None,
+        "chosen_by": choice.source,
+        "memory_dir": str(memory.store.root),
+        "min_count": min_count,
+        "written": written,
+        "sources": result.sources,
+        "added": [_candidate(c) for c in result.added],
+        "skipped": [{**_candidate(s.candidate), "reason": s.reason} for s in result.skipped],
+    }
+
+
+def _candidate(candidate: Candidate) -> dict[str, Any]:
+    return {
+        "section": candidate.section,
+        "text": candidate.text,
+        "sources": list(candidate.sources),
+        "variants": list(candidate.variants),
+    }
+
+
+def _checkpoint_show(
+    args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice
+) -> int:
+    memory_dir = memory.memory_dir or memory.global_dir
+    if args.session is not None:
+        if not args.session.strip():
+            raise CliError("--session needs a session id")
+        archives = session_checkpoints(memory_dir, args.session)
+        if not archives:
+            looked = memory_dir / SESSIONS_DIR / session_dirname(args.session)
+            raise CliError(
+                f"no checkpoint for session {args.session!r} in {looked}"
+                + _known_sessions(memory_dir),
+                FAILED,
+            )
+        checkpoint, raw = archives[0].checkpoint, archives[0].raw
+    else:
+        checkpoint, raw = memory_dir / CHECKPOINT_FILE, memory_dir / RAW_FILE
+        if not checkpoint.is_file():
+            # No checkpoint.md (deleted?): the newest archived one of any session.
+            latest: ArchivedCheckpoint | None = latest_checkpoint(memory_dir)
+            if latest is None:
+                raise CliError(
+                    f"no checkpoint in {memory_dir} (no {CHECKPOINT_FILE}, none archived "
+                    f"under {SESSIONS_DIR}/)",
+                    FAILED,
+                )
+            checkpoint, raw = latest.checkpoint, latest.raw
+    path = raw if args.raw else checkpoint
+    if not path.is_file():
+        raise CliError(f"no checkpoint raw history at {path} (next to {checkpoint})", FAILED)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    session, captured = _raw_meta(text) if args.raw else _checkpoint_meta(text)
+    if args.json:
+        _emit_json({"path": str(path), "session": session, "captured": captured, "text": text})
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _checkpoint_meta(text: str) -> tuple[str | None, str | None]:
+    try:
+        parsed = Checkpoint.parse(text)
+    except ValueError:
+        return None, None
+    return parsed.session_id, parsed.captured_at.isoformat()
+
+
+def _raw_meta(text: str) -> tuple[str | None, str | None]:
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    session, captured = data.get("sessionID"), data.get("capturedAt")
+    return (
+        session if isinstance(session, str) else None,
+        captured if isinstance(captured, str) else None,
+    )
+
+
+def _known_sessions(memory_dir: Path, most: int = 10) -> str:
+    """" (sessions with checkpoints: a, b)", or "" when there are none."""
+    try:
+        names = sorted(
+            p.name
+            for p in (memory_dir / SESSIONS_DIR).iterdir()
+            if p.is_dir() and session_checkpoints(memory_dir, p.name)
+        )
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    more = f", … {len(names) - most} more" if len(names) > most else ""
+    return f" (sessions with checkpoints: {', '.join(names[:most])}{more})"
+
+
 Handler = Callable[[argparse.Namespace, ProjectMemory, ProjectChoice], int]
 
 HANDLERS: dict[str, Handler] = {
@@ -446,4 +706,7 @@ HANDLERS: dict[str, Handler] = {
     "export": _export,
     "import": _import,
     "cleanup": _cleanup,
+    "consolidate": _consolidate,
 }
+
+CHECKPOINT_HANDLERS: dict[str, Handler] = {"show": _checkpoint_show}

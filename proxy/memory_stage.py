@@ -43,13 +43,10 @@ from proxy.sessions import RequestKind
 log = logging.getLogger("deepmem.memory")
 
 REPORT = "memory"
-RESUME_OWN = (
-    "This conversation was compacted. deepmem saved a checkpoint first; its essentials follow "
-    "(full history: {raw})."
-)
+RESUME_OWN = "This conversation was compacted; deepmem saved a checkpoint first. Its essentials:"
 RESUME_OTHER = (
     "deepmem's checkpoint of an earlier session in this project ({session}, {when}), for "
-    "continuity; the user's message comes first (full history: {raw})."
+    "continuity; the user's message above comes first."
 )
 MAX_HITS = 5
 MEMORY_STORE_TOOL = "memory_store"
@@ -210,7 +207,8 @@ class MemoryStage:
         digest = essentials(checkpoint, self.settings.resume_tokens)
         if not digest.strip():
             return "", ""
-        header = intro.format(session=checkpoint.session_id, when=chosen.stamp[:8], raw=chosen.raw)
+        day = f"{chosen.stamp[:4]}-{chosen.stamp[4:6]}-{chosen.stamp[6:8]}"
+        header = intro.format(session=checkpoint.session_id, when=day)
         return wrap("resume", header + "\n" + defang(digest)), f"resume:{chosen.stamp}"
 
     def _nudges(

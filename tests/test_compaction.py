@@ -1,0 +1,353 @@
+"""Compaction through the running proxy: checkpoints on disk, the summarizer's prompt, resume."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from memory.archive import CHECKPOINT_FILE, LOG_FILE, RAW_FILE
+from memory.checkpoint import Checkpoint
+from memory.injection import TAG
+from tests.conftest import CAPTURES, CORPUS
+from tests.test_memory_injection import make_project, system_prompt
+
+COMPACTION = json.loads(
+    (CAPTURES / "opencode-1.18.33-openai-compatible-compaction.json").read_text()
+)
+AGENT = json.loads(
+    (CAPTURES / "opencode-1.18.33-openai-compatible-agent-with-tool-results.json").read_text()
+)
+SUMMARIZER = COMPACTION["body"]["messages"][0]["content"]
+COMPACTION_TAIL = COMPACTION["body"]["messages"][1]["content"].split("</conversation>", 1)[1]
+
+
+async def send(client, proxy, path: str, body: dict[str, Any], session: str) -> None:
+    async with client.post(
+        proxy.url + path, data=orjson.dumps(body), headers={"x-session-id": session}
+    ) as response:
+        assert response.status == 200, await response.text()
+        await response.read()
+
+
+def transcript_of(messages: list[dict[str, Any]]) -> str:
+    """OpenCode's compaction transcript format, rendered from chat messages."""
+    lines = []
+    for message in messages:
+        role, content = message["role"], message.get("content") or ""
+        if role == "user":
+            lines.append(f"[User]: {content}\n\n")
+        elif role == "assistant":
+            for call in message.get("tool_calls") or ():
+                function = call["function"]
+                lines.append(f"[Assistant tool call]: {function['name']}({function['arguments']})")
+            if content:
+                lines.append(f"[Assistant]: {content}\n")
+        elif role == "tool":
+            lines.append(f"[Tool result]: {content}\n")
+    return "\n".join(lines)
+
+
+def compaction_body(transcript: str) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "stream": True,
+        "messages": [
+            {"role": "system", "content": SUMMARIZER},
+            {
+                "role": "user",
+                "content": "Here is the conversation so far:\n\n<conversation>\n"
+                + transcript
+                + "\n</conversation>"
+                + COMPACTION_TAIL,
+            },
+        ],
+    }
+
+
+def agent_body(project: Path) -> dict[str, Any]:
+    body = copy.deepcopy(AGENT["body"])
+    for message in body["messages"]:
+        if isinstance(message.get("content"), str):
+            message["content"] = message["content"].replace("/home/dev/demo-repo", str(project))
+    return body
+
+
+async def test_the_opencode_compaction_writes_the_checkpoint(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    agent = agent_body(project)
+    await send(client, proxy, "/v1/chat/completions", agent, "ses_c")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_c")
+
+    memory_dir = project / ".deep-memory"
+    raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
+    assert raw["sessionID"] == "ses_c" and raw["messages"] == agent["messages"]
+    assert raw["messageCount"] == len(agent["messages"])
+    checkpoint = Checkpoint.parse((memory_dir / CHECKPOINT_FILE).read_text())
+    assert checkpoint.session_id == "ses_c"
+    assert checkpoint.intents[0].startswith("List the files in this repo")
+    assert any("README.md" in path for path, _ in checkpoint.files_read)
+    [line] = (memory_dir / LOG_FILE).read_text().splitlines()
+    assert orjson.loads(line)["source"] == "proxy"
+    assert len(list((memory_dir / "sessions" / "ses_c").glob("checkpoint-*"))) == 2
+
+    sent = orjson.loads(upstream.requests[-1].body)
+    system = sent["messages"][0]["content"]
+    assert system.startswith(SUMMARIZER) and f'<{TAG} kind="handoff">' in system
+    assert str(memory_dir / "sessions" / "ses_c") in system
+    assert sent["messages"][1] == COMPACTION["body"]["messages"][1]  # the transcript as sent
+
+    proxy.state.stores.originals  # noqa: B018 - the proxy stays up for the lookups below
+    async with client.get(f"{proxy.url}/sessions/ses_c/messages/1") as response:
+        assert (await response.json())["message"] == agent["messages"][1]
+    async with client.get(f"{proxy.url}/sessions/ses_c/checkpoint") as response:
+        assert (await response.text()).startswith("# Checkpoint — ses_c")
+    async with client.get(f"{proxy.url}/sessions/ses_c/messages/99") as response:
+        assert response.status == 404
+
+
+@pytest.mark.parametrize("mode", ["off", "replace"])
+async def test_prompt_modes(start_proxy, upstream, client, tmp_path, mode):
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(
+        upstream=[f"{upstream.url}/v1"], allowed_roots=str(home), compaction_prompt=mode
+    )
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_m")
+    body = orjson.dumps(COMPACTION["body"])
+    async with client.post(
+        proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_m"}
+    ) as response:
+        await response.read()
+    sent = upstream.requests[-1].body
+    assert (project / ".deep-memory" / CHECKPOINT_FILE).exists()
+    if mode == "off":
+        assert sent == body
+        return
+    user = orjson.loads(sent)["messages"][1]["content"]
+    conversation = COMPACTION["body"]["messages"][1]["content"].split("</conversation>")[0]
+    assert user.startswith(conversation + "</conversation>")
+    assert "## Task Overview" in user and "## Critical Context" in user and "<template>" not in user
+    assert str(project / ".deep-memory" / "sessions" / "ses_m") in user
+
+
+def chinese_session(project: Path) -> list[dict[str, Any]]:
+    def call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        function = {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+
+    return [
+        {"role": "system", "content": system_prompt(project)},
+        {"role": "user", "content": "修复登录接口的时区问题。必须保持接口名称不变。"},
+        call("c1", "bash", {"command": "pytest tests/test_login.py"}),
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "FAILED tests/test_login.py::test_tz\n"
+            "E   AssertionError: 时区错误\n1 failed",
+        },
+        call(
+            "c2",
+            "edit",
+            {"filePath": f"{project}/app/login.py", "oldString": "a", "newString": "b"},
+        ),
+        {"role": "tool", "tool_call_id": "c2", "content": "Edit applied successfully."},
+        {"role": "assistant", "content": "问题出在时区转换上。我们决定统一使用 UTC 存储时间。"},
+        {"role": "user", "content": "好的，继续"},
+    ]
+
+
+async def test_chinese_session_in_the_anthropic_format(start_proxy, upstream, client, tmp_path):
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    chat = chinese_session(project)
+    await send(
+        client,
+        proxy,
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": chat,
+            "tools": [{"type": "function", "function": {"name": "bash"}}],
+        },
+        "ses_zh",
+    )
+    compaction = compaction_body(transcript_of(chat[1:]))
+    anthropic = {
+        "model": "m",
+        "max_tokens": 4096,
+        "system": [{"type": "text", "text": SUMMARIZER}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": compaction["messages"][1]["content"]}],
+            }
+        ],
+    }
+    await send(client, proxy, "/v1/messages", anthropic, "ses_zh")
+    checkpoint = Checkpoint.parse((project / ".deep-memory" / CHECKPOINT_FILE).read_text())
+    assert checkpoint.intents[0].startswith("修复登录接口的时区问题")
+    assert any("UTC" in decision for decision in checkpoint.decisions)
+    assert any("接口名称不变" in constraint for constraint in checkpoint.constraints)
+    assert any("login.py" in change for change in checkpoint.file_changes)
+    assert any("时区错误" in gotcha for gotcha in checkpoint.gotchas)
+    sent = orjson.loads(upstream.requests[-1].body)
+    assert sent["system"][0] == anthropic["system"][0]
+    assert sent["system"][1]["text"].startswith(f'<{TAG} kind="handoff">')
+
+
+async def test_a_compaction_the_proxy_did_not_see_coming_uses_the_transcript(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(
+        upstream=[f"{upstream.url}/v1"], allowed_roots=str(home), project_dir=str(project)
+    )
+    chat = chinese_session(project)
+    responses = {
+        "model": "m",
+        "instructions": SUMMARIZER,
+        "input": [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_text",
+                        "text": compaction_body(transcript_of(chat[1:]))["messages"][1]["content"],
+                    }
+                ],
+            }
+        ],
+    }
+    await send(client, proxy, "/v1/responses", responses, "ses_new")
+    memory_dir = project / ".deep-memory"
+    assert (
+        orjson.loads((memory_dir / LOG_FILE).read_text().splitlines()[0])["source"] == "transcript"
+    )
+    checkpoint = Checkpoint.parse((memory_dir / CHECKPOINT_FILE).read_text())
+    assert any("login.py" in change for change in checkpoint.file_changes)
+    assert orjson.loads(upstream.requests[-1].body)["instructions"].startswith(SUMMARIZER + "\n\n<")
+
+
+def long_transcript() -> dict[str, Any]:
+    path = CORPUS / "swesmith-moto-pr6055.json"
+    if not path.exists():
+        pytest.skip("the shared corpus is not next to this clone")
+    return orjson.loads(path.read_bytes())
+
+
+async def test_corpus_session_compacted_in_the_middle_resumes(
+    start_proxy, upstream, client, tmp_path
+):
+    data = long_transcript()
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    messages = copy.deepcopy(data["messages"])
+    messages[0] = {
+        "role": "system",
+        "content": system_prompt(project) + "\n" + messages[0]["content"],
+    }
+    half = [k for k, m in enumerate(messages) if m["role"] == "assistant"][len(messages) // 4]
+    tools = data.get("tools") or [{"type": "function", "function": {"name": "bash"}}]
+    for k in [k for k, m in enumerate(messages[:half]) if m["role"] == "assistant"] + [half]:
+        await send(
+            client,
+            proxy,
+            "/v1/chat/completions",
+            {"model": "m", "messages": messages[:k], "tools": tools},
+            "ses_long",
+        )
+    seen = messages[:half]
+    compaction = compaction_body(transcript_of(seen[1:]))
+    await send(client, proxy, "/v1/chat/completions", compaction, "ses_long")
+
+    memory_dir = project / ".deep-memory"
+    raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
+    assert raw["messages"] == seen  # every original, none of the compressed forms
+    sent_compaction = orjson.loads(upstream.requests[-1].body)["messages"][1]["content"]
+    assert len(sent_compaction) < len(compaction["messages"][1]["content"])  # results compressed
+
+    restarted = [
+        messages[0],
+        {"role": "user", "content": "What did we do so far?"},
+        {"role": "assistant", "content": "## Objective\n- Fix the moto bug\n"},
+        {"role": "user", "content": "Continue if you have next steps"},
+    ]
+    body = {"model": "m", "messages": restarted, "tools": tools}
+    await send(client, proxy, "/v1/chat/completions", body, "ses_long")
+    first = orjson.loads(upstream.requests[-1].body)["messages"]
+    resume = first[3]["content"]  # the newest user message carries what is injected
+    assert f'<{TAG} kind="resume">' in resume and "This conversation was compacted" in resume
+    assert str(memory_dir / "sessions" / "ses_long") in resume
+    restarted += [
+        {"role": "assistant", "content": "Looking."},
+        {"role": "user", "content": "go on"},
+    ]
+    await send(client, proxy, "/v1/chat/completions", {**body, "messages": restarted}, "ses_long")
+    later = orjson.loads(upstream.requests[-1].body)["messages"]
+    assert later[3]["content"] == resume  # memoised, byte for byte
+    assert 'kind="resume"' not in later[-1]["content"]
+
+    # The next session in the project starts with the checkpoint of this one.
+    fresh = [messages[0], {"role": "user", "content": "Let's continue with the moto fix"}]
+    await send(
+        client,
+        proxy,
+        "/v1/chat/completions",
+        {"model": "m", "messages": fresh, "tools": tools},
+        "ses_next",
+    )
+    opening = orjson.loads(upstream.requests[-1].body)["messages"][1]["content"]
+    assert "earlier session in this project (ses_long" in opening
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+async def test_a_read_only_memory_dir_never_blocks_the_compaction(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path, None)
+    memory_dir = project / ".deep-memory"
+    memory_dir.mkdir()
+    memory_dir.chmod(0o500)
+    try:
+        await _compact_and_check_health(start_proxy, upstream, client, home, project)
+    finally:
+        memory_dir.chmod(0o700)
+
+
+async def test_a_full_disk_never_blocks_the_compaction(
+    start_proxy, upstream, client, tmp_path, monkeypatch
+):
+    home, project = make_project(tmp_path, None)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("proxy.compaction.write_checkpoint", disk_full)
+    await _compact_and_check_health(start_proxy, upstream, client, home, project)
+
+
+async def _compact_and_check_health(start_proxy, upstream, client, home, project):
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_ro")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_ro")
+    sent = orjson.loads(upstream.requests[-1].body)
+    assert sent["messages"][1] == COMPACTION["body"]["messages"][1]
+    assert "archived the full history" not in sent["messages"][0]["content"]
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 503
+        problems = (await response.json())["problems"]
+    assert "cannot write" in problems["checkpoint_writes"]
+    assert proxy.state.sessions.get("ses_ro").tally.fail_opens == 0
