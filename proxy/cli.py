@@ -19,7 +19,7 @@ from proxy.history_cli import ARGUMENT_KEYS as HISTORY_KEYS
 from proxy.history_cli import add_history_parser, run_history
 from proxy.logs import configure_logging
 from proxy.memory_cli import ARGUMENT_KEYS as MEMORY_KEYS
-from proxy.memory_cli import add_memory_parser, run_memory
+from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
 
 DESCRIPTION = """\
 deepmem: a context-compression proxy between a coding agent (OpenCode) and its LLM provider.
@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     expand_cmd.add_argument("--end-line", type=int, default=None, help="last line (inclusive)")
     add_arguments(expand_cmd)
     add_memory_parser(commands)
+    add_checkpoint_parser(commands)
     add_history_parser(commands)
     return parser
 
@@ -130,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return replay(Path(args.target), settings, as_json=args.json)
     if args.command == "memory":
         return run_memory(args, settings)
+    if args.command == "checkpoint":
+        return run_checkpoint(args, settings)
     if args.command == "history":
         return run_history(args)
     parser.error(f"unknown command {args.command}")

@@ -67,8 +67,9 @@ FAILED = 1
 DESCRIPTION = """\
 Search, store, forget, list, export, import, clean up and consolidate memory entries directly
 in the memory files (a project's .deep-memory/MEMORY.md, or the global memory under the data
-dir); the proxy need not run. The project is --project DIR (default: the current directory) or --global.
-Unlike the proxy, the command line does not check --allowed-roots: you are the local user.
+dir); the proxy need not run. The project is --project DIR (default: the current directory)
+or --global. Unlike the proxy, the command line does not check --allowed-roots: you are the
+local user.
 """
 
 PROJECT_HELP = (
@@ -199,9 +200,7 @@ def add_checkpoint_parser(commands: argparse._SubParsersAction[argparse.Argument
         description=CHECKPOINT_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    subs = checkpoint.add_subparsers(
-        dest="checkpoint_command", metavar="SUBCOMMAND", required=True
-    )
+    subs = checkpoint.add_subparsers(dest="checkpoint_command", metavar="SUBCOMMAND", required=True)
     show = _sub(
         subs,
         "show",
@@ -617,9 +616,7 @@ def _candidate(candidate: Candidate) -> dict[str, Any]:
     }
 
 
-def _checkpoint_show(
-    args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice
-) -> int:
+def _checkpoint_show(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
     memory_dir = memory.memory_dir or memory.global_dir
     if args.session is not None:
         if not args.session.strip():
@@ -680,7 +677,7 @@ def _raw_meta(text: str) -> tuple[str | None, str | None]:
 
 
 def _known_sessions(memory_dir: Path, most: int = 10) -> str:
-    """" (sessions with checkpoints: a, b)", or "" when there are none."""
+    """A hint naming the sessions that do have archived checkpoints; empty if none do."""
     try:
         names = sorted(
             p.name
