@@ -16,6 +16,7 @@ user message, so bytes the provider has already cached are never changed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from memory.archive import latest_checkpoint, session_checkpoints, session_dirna
 from memory.catalog import MemoryCatalog, ProjectMemory
 from memory.checkpoint import Checkpoint, essentials
 from memory.files import LockTimeout
-from memory.injection import defang, recall_block, stable_block, wrap
+from memory.injection import Line, defang, recall_block, stable_block, wrap
 from memory.injection_memo import Injected, InjectionMemo, SessionInjections
 from memory.project import PROJECT_HEADER
 from memory.signals import capture, nudge_reasons
@@ -124,7 +125,9 @@ class MemoryStage:
         changed = False
         if self.settings.memory_inject:
             if memo.stable is None:
-                lines = memory.stable_lines() if self.settings.memory_stable_tokens else []
+                lines = (
+                    self._read(memory.stable_lines) if self.settings.memory_stable_tokens else []
+                )
                 self.memo.set_stable(
                     context.session_id, stable_block(lines, self.settings.memory_stable_tokens)
                 )
@@ -163,7 +166,8 @@ class MemoryStage:
         budget = settings.memory_first_recall_tokens if first else settings.memory_recall_tokens
         if settings.memory_inject and budget:
             stable = memo.stable or ""
-            lines = [line for line in memory.recall(text, MAX_HITS) if line.render() not in stable]
+            found = self._read(lambda: memory.recall(text, MAX_HITS))
+            lines = [line for line in found if line.render() not in stable]
         nudges = self._nudges(conversation, context, memo, users) if settings.memory_nudges else []
         block = recall_block(lines, budget, [text for _, text in nudges])
         report.hits = len(lines) if block else 0
@@ -176,6 +180,19 @@ class MemoryStage:
         self.memo.add(context.session_id, anchor, Injected(block, memo.turns, report.nudges))
         if settings.memory_captures:
             report.captured = self._capture(memory, context.session_id, text, report)
+
+    def _read(self, read: Callable[[], list[Line]]) -> list[Line]:
+        """Lines from the memory files; none when they cannot be read (reported, not raised)."""
+        try:
+            lines = read()
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read the memory files: %s", exc)
+            if self.health is not None:
+                self.health.report("memory_reads", f"cannot read the memory files: {exc}")
+            return []
+        if self.health is not None:
+            self.health.clear("memory_reads")
+        return lines
 
     def _resume(
         self, memory: ProjectMemory, memo: SessionInjections, session_id: str

@@ -327,6 +327,14 @@ async def test_a_read_only_memory_dir_never_blocks_the_compaction(
         memory_dir.chmod(0o700)
 
 
+async def test_an_unusable_memory_dir_never_blocks_the_compaction(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path, None)
+    (project / ".deep-memory").write_text("a file where the directory should be")
+    await _compact_and_check_health(start_proxy, upstream, client, home, project)
+
+
 async def test_a_full_disk_never_blocks_the_compaction(
     start_proxy, upstream, client, tmp_path, monkeypatch
 ):
