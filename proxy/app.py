@@ -18,6 +18,7 @@ from compressors.view import Dialect
 from memory.project import PROJECT_HEADER
 from proxy import __version__
 from proxy.admin import admin_allowed, forbidden, json_response
+from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
 from proxy.config import Settings, Upstream
 from proxy.dialects import chat_dialect, error_body, error_style
@@ -27,6 +28,7 @@ from proxy.logs import body_for_log, redact_headers
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
+from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
@@ -241,7 +243,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         result = rewrite_request(
             raw, dialect, request.headers, state.transforms, state.sessions.idle_seconds
         )
-        report = result.context.reports.get(REPORT) if result.context else None
+        reports = result.context.reports if result.context else {}
+        report = reports.get(REPORT)
+        memory_report = reports.get(MEMORY_REPORT)
+        compaction_report = reports.get(COMPACTION_REPORT)
         body, session_id, outcome = result.body, result.session_id, result.outcome
         kind = result.kind.value
         if outcome == Outcome.NOT_JSON:
@@ -255,7 +260,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         metrics.inc("deepmem_bytes_out_total", bytes_out)
         headers = upstream_request_headers(request.headers, keep_content_length=False)
     else:
-        report = None
+        report = memory_report = compaction_report = None
         body = request.content if request.body_exists else None
         bytes_in = bytes_out = request.content_length or 0
         headers = upstream_request_headers(request.headers, keep_content_length=True)
@@ -279,6 +284,15 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 n for name, n in report.counters.items() if name.startswith("compressed:")
             )
             tally.compression_events += report.event is not None
+        if memory_report is not None and memory_report.new_turn:
+            tally.memory_turns += 1
+            tally.memory_hits += memory_report.hits
+            tally.memory_nudges += len([n for n in memory_report.nudges if ":" not in n])
+            tally.memory_captures += memory_report.captured
+        if compaction_report is not None:
+            tally.checkpoints += compaction_report.checkpoint is not None
+    if session is not None and memory_report is not None and memory_report.project is not None:
+        session.project = str(memory_report.project)
 
     overhead = time.perf_counter() - started
     metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)

@@ -39,7 +39,7 @@ from proxy.config import Settings
 from proxy.health import Health
 from proxy.pipeline import RequestContext
 from proxy.projects import ProjectResolver
-from proxy.sessions import RequestKind
+from proxy.sessions import PARENT_SESSION_HEADER, RequestKind
 
 log = logging.getLogger("deepmem.memory")
 
@@ -173,7 +173,10 @@ class MemoryStage:
         report.hits = len(lines) if block else 0
         report.nudges = tuple(kind for kind, _ in nudges)
         if settings.resume and settings.resume_tokens:
-            resume, used = self._resume(memory, memo, context.session_id)
+            subagent = context.headers is not None and bool(
+                context.headers.get(PARENT_SESSION_HEADER)
+            )
+            resume, used = self._resume(memory, memo, context.session_id, subagent)
             if resume:
                 block = resume + "\n\n" + block if block else resume
                 report.nudges += (used,)
@@ -195,12 +198,13 @@ class MemoryStage:
         return lines
 
     def _resume(
-        self, memory: ProjectMemory, memo: SessionInjections, session_id: str
+        self, memory: ProjectMemory, memo: SessionInjections, session_id: str, subagent: bool
     ) -> tuple[str, str]:
         """The resume block and its memo tag, or ("", "") when there is nothing to resume.
 
         The session's own newest checkpoint, once, after a compaction; on a session's first
-        message, the newest checkpoint of any other session of the project.
+        message, the newest checkpoint of any other session of the project (not for a
+        subagent: its parent already has the context, and its task is narrow).
         """
         memory_dir = memory.memory_dir or memory.global_dir
         used = {
@@ -209,7 +213,7 @@ class MemoryStage:
         own = session_checkpoints(memory_dir, session_id)
         if own and f"resume:{own[0].stamp}" not in used:
             chosen, intro = own[0], RESUME_OWN
-        elif memo.turns == 0:
+        elif memo.turns == 0 and not subagent:
             latest = latest_checkpoint(memory_dir)
             if latest is None or latest.session == session_dirname(session_id):
                 return "", ""

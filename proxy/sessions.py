@@ -77,6 +77,11 @@ class Tally:
     tokens_after: int = 0  # the same outputs as forwarded
     outputs_compressed: int = 0
     compression_events: int = 0
+    memory_turns: int = 0  # new user messages the memory stage saw
+    memory_hits: int = 0  # remembered lines added beside them
+    memory_nudges: int = 0
+    memory_captures: int = 0
+    checkpoints: int = 0  # compactions whose checkpoint was written
 
     def add_usage(self, usage: Usage) -> None:
         self.usage_responses += 1
@@ -100,6 +105,13 @@ class Tally:
                 "outputs_compressed": self.outputs_compressed,
                 "events": self.compression_events,
             },
+            "memory": {
+                "turns": self.memory_turns,
+                "hits": self.memory_hits,
+                "nudges": self.memory_nudges,
+                "captures": self.memory_captures,
+                "checkpoints": self.checkpoints,
+            },
             "usage_seen": {"responses": self.usage_responses, **self.usage.as_dict()},
         }
 
@@ -111,6 +123,7 @@ class Session:
     last_seen: float
     parent_id: str | None = None
     upstream: str | None = None
+    project: str | None = None
     tally: Tally = field(default_factory=Tally)
     last_usage: Usage | None = None
     last_usage_at: float | None = None
@@ -120,6 +133,7 @@ class Session:
             "session_id": self.session_id,
             "parent_id": self.parent_id,
             "upstream": self.upstream,
+            "project": self.project,
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
             "last_usage": self.last_usage.as_dict() if self.last_usage else None,

@@ -27,10 +27,11 @@ SUMMARIZER = COMPACTION["body"]["messages"][0]["content"]
 COMPACTION_TAIL = COMPACTION["body"]["messages"][1]["content"].split("</conversation>", 1)[1]
 
 
-async def send(client, proxy, path: str, body: dict[str, Any], session: str) -> None:
-    async with client.post(
-        proxy.url + path, data=orjson.dumps(body), headers={"x-session-id": session}
-    ) as response:
+async def send(
+    client, proxy, path: str, body: dict[str, Any], session: str, **headers: str
+) -> None:
+    headers = {"x-session-id": session, **{k.replace("_", "-"): v for k, v in headers.items()}}
+    async with client.post(proxy.url + path, data=orjson.dumps(body), headers=headers) as response:
         assert response.status == 200, await response.text()
         await response.read()
 
@@ -311,6 +312,19 @@ async def test_corpus_session_compacted_in_the_middle_resumes(
     )
     opening = orjson.loads(upstream.requests[-1].body)["messages"][1]["content"]
     assert "earlier session in this project (ses_long" in opening
+
+    # A subagent's first message gets no resume block: its parent has the context.
+    task = {"model": "m", "messages": fresh, "tools": tools}
+    await send(
+        client, proxy, "/v1/chat/completions", task, "ses_sub", x_parent_session_id="ses_next"
+    )
+    assert 'kind="resume"' not in orjson.loads(upstream.requests[-1].body)["messages"][1]["content"]
+
+    async with client.get(proxy.url + "/stats") as response:
+        stats = await response.json()
+    long_session = next(s for s in stats["sessions"] if s["session_id"] == "ses_long")
+    assert long_session["memory"]["checkpoints"] == 1 and long_session["project"] == str(project)
+    assert stats["totals"]["memory"]["turns"] >= 3
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
