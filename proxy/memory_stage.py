@@ -24,7 +24,7 @@ from typing import Any
 
 import xxhash
 
-from compressors.tokens import estimate_tokens
+from compressors.tokens import estimate_bytes_tokens, estimate_tokens
 from compressors.view import Conversation, Kind, Role
 from memory.archive import latest_checkpoint, session_checkpoints, session_dirname
 from memory.catalog import MemoryCatalog, ProjectMemory
@@ -299,9 +299,10 @@ class MemoryStage:
 
 
 def _request_tokens(conversation: Conversation, context: RequestContext) -> int:
-    compression = context.reports.get("compression")
-    if compression is not None:
-        return int(compression.tokens_after)
+    """The request's size as the client sent it (DESIGN.md section 7 counts the serialized
+    request), estimated at C speed."""
+    if context.raw:
+        return estimate_bytes_tokens(context.raw)
     return sum(estimate_tokens(item.text) for item in conversation.items)
 
 

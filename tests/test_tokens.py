@@ -32,3 +32,10 @@ def test_estimate_is_close_for_code_and_conservative_for_cjk():
     assert abs(estimate_tokens(code) - counter.count(code)) <= 0.35 * counter.count(code)
     chinese = "记住这个项目的数据库迁移必须先备份" * 20
     assert estimate_tokens(chinese) >= 0.8 * counter.count(chinese)
+
+
+def test_byte_estimate_matches_the_text_estimate():
+    from compressors.tokens import estimate_bytes_tokens, estimate_tokens
+
+    for text in ("plain ascii " * 50, "数据库迁移脚本必须先备份" * 20, "mixé 中文 ✓ " * 30, ""):
+        assert abs(estimate_bytes_tokens(text.encode()) - estimate_tokens(text)) <= 2
