@@ -13,7 +13,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
-    DEEP_MEMORY_DATA_DIR=/data
+    DEEP_MEMORY_DATA_DIR=/data \
+    DEEP_MEMORY_ALLOWED_ROOTS=/workspace
 
 # Numeric uid/gid so that Kubernetes' runAsNonRoot can verify the user.
 RUN groupadd --system --gid 10001 deepmem \
