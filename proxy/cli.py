@@ -55,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("target", metavar="FILE|DIR", help="a transcript or a directory of them")
     replay.add_argument("--json", action="store_true", help="print machine-readable results")
+    replay.add_argument(
+        "--html",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="also write a self-contained HTML report (charts per transcript, probe tables, "
+        "totals) to FILE",
+    )
     add_arguments(replay)
     expand_cmd = commands.add_parser(
         "expand",
@@ -109,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    not_settings = {"command", "target", "json", "key", "start_line", "end_line", *MEMORY_KEYS}
+    not_settings = {"command", "target", "json", "html", "key", "start_line", "end_line"}
+    not_settings |= MEMORY_KEYS
     not_settings |= HISTORY_KEYS
     flags = {key: value for key, value in vars(args).items() if key not in not_settings}
     try:
@@ -128,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "expand":
         return expand_key(args.key, settings, args.start_line, args.end_line)
     if args.command == "replay":
-        return replay(Path(args.target), settings, as_json=args.json)
+        return replay(Path(args.target), settings, as_json=args.json, html=args.html)
     if args.command == "memory":
         return run_memory(args, settings)
     if args.command == "checkpoint":
@@ -157,15 +166,31 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
     return 0
 
 
-def replay(target: Path, settings: Settings, *, as_json: bool) -> int:
+def replay(target: Path, settings: Settings, *, as_json: bool, html: Path | None = None) -> int:
     from proxy.replay import format_json, format_text, run_replay
 
     if not target.exists():
         print(f"deepmem: {target} does not exist", file=sys.stderr)
+        return 2
+    if html is not None and not html.parent.is_dir():
+        print(f"deepmem: cannot write {html}: no directory {html.parent}", file=sys.stderr)
         return 2
     reports = run_replay(target, settings)
     if as_json:
         sys.stdout.buffer.write(format_json(reports) + b"\n")
     else:
         print(format_text(reports))
+    if html is not None:
+        from proxy.replay_report import write_html
+
+        try:
+            size = write_html(reports, html, target=str(target), settings=settings)
+        except OSError as exc:
+            print(f"deepmem: cannot write {html}: {exc}", file=sys.stderr)
+            return 1
+        # stdout stays pure JSON with --json; the note goes to stderr then
+        print(
+            f"HTML report written to {html} ({size:,} bytes)",
+            file=sys.stderr if as_json else sys.stdout,
+        )
     return 0

@@ -61,7 +61,8 @@ class TranscriptReport:
         return summarize([self])
 
 
-def _cost(tokens: int, cached: int, prices: tuple[float, float]) -> float:
+def cost(tokens: int, cached: int, prices: tuple[float, float]) -> float:
+    """A request's prompt cost: ``cached`` tokens at the cached price, the rest at full."""
     return prices[0] * cached + prices[1] * (tokens - cached)
 
 
@@ -189,12 +190,12 @@ def summarize(reports: Iterable[TranscriptReport]) -> dict[str, Any]:
     original = sum(r.tokens_original for r in requests)
     proxied = sum(r.tokens_proxied for r in requests)
     anthropic = [
-        sum(_cost(r.tokens_original, r.cached_original, ANTHROPIC) for r in requests),
-        sum(_cost(r.tokens_proxied, r.cached_proxied, ANTHROPIC) for r in requests),
+        sum(cost(r.tokens_original, r.cached_original, ANTHROPIC) for r in requests),
+        sum(cost(r.tokens_proxied, r.cached_proxied, ANTHROPIC) for r in requests),
     ]
     openai = [
-        sum(_cost(r.tokens_original, r.cached_original, OPENAI) for r in requests),
-        sum(_cost(r.tokens_proxied, r.cached_proxied, OPENAI) for r in requests),
+        sum(cost(r.tokens_original, r.cached_original, OPENAI) for r in requests),
+        sum(cost(r.tokens_proxied, r.cached_proxied, OPENAI) for r in requests),
     ]
     final_original = sum(r.tokens_original for r in finals)
     final_proxied = sum(r.tokens_proxied for r in finals)
