@@ -21,6 +21,7 @@ from proxy.admin import admin_allowed, forbidden, json_response
 from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
 from proxy.config import Settings, Upstream
+from proxy.dashboard import page_response, stats_with_session_detail, wants_page
 from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
@@ -32,7 +33,7 @@ from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
-from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, SessionRegistry
+from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
 from proxy.stages import Stores, build_transforms, open_stores
 
 log = logging.getLogger("deepmem.proxy")
@@ -166,8 +167,11 @@ async def mcp_handler(request: web.Request) -> web.Response:
 
 
 async def index_handler(request: web.Request) -> web.Response:
+    """The dashboard for browsers; the JSON index for scripts (proxy.dashboard.wants_page)."""
+    if wants_page(request):
+        return page_response()
     state = request.app[STATE]
-    return json_response(
+    response = json_response(
         {
             "name": "deepmem",
             "version": __version__,
@@ -184,6 +188,8 @@ async def index_handler(request: web.Request) -> web.Response:
             ],
         }
     )
+    response.headers["Vary"] = "Accept"
+    return response
 
 
 def _upstream_url(upstream: Upstream, request: web.Request) -> URL:
@@ -270,6 +276,9 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         session = state.sessions.touch(
             session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
         )
+    record: RequestRecord | None = None
+    if dialect is not None:
+        record = state.sessions.record_request(session, kind, raw, result.body, settings.cache_ttl)
     tallies = [state.sessions.totals] + ([session.tally] if session else [])
     for tally in tallies:
         tally.requests += 1
@@ -311,6 +320,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             compress=None,
         ) as upstream_response:
             status = upstream_response.status
+            if record is not None:
+                record.status = status
 
             def on_prepared() -> None:
                 nonlocal streaming
@@ -328,10 +339,14 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                     metrics.gauge_add("deepmem_active_streams", -1)
     except asyncio.CancelledError:
         metrics.inc("deepmem_client_disconnects_total", route=route)
+        if record is not None:
+            record.status = status or 499
         _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
         raise
     except ConnectionResetError:
         metrics.inc("deepmem_client_disconnects_total", route=route)
+        if record is not None:
+            record.status = status or 499
         _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
         raise
     except (TimeoutError, aiohttp.ClientError) as exc:
@@ -342,6 +357,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         metrics.inc("deepmem_requests_total", route=route, status=str(code))
         for tally in tallies:
             tally.errors += 1
+        if record is not None:
+            record.status = code
         detail = str(exc) or type(exc).__name__
         log.warning("upstream %s %s: %s", upstream.name, reason, detail)
         _log_access(request, upstream, route, code, started, session_id, kind, outcome)
@@ -474,7 +491,10 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     app[STATE] = state
     app.router.add_get("/", index_handler)
     app.router.add_get("/health", health_handler)
-    app.router.add_get("/stats", stats_handler)
+    app.router.add_get("/stats", stats_with_session_detail(stats_handler, state.sessions, settings))
+    state.sessions.extra_totals["expands"] = lambda: int(
+        state.metrics.counter_total("deepmem_expands_total")
+    )
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/expand/{key}", expand_handler)
     app.router.add_route("*", "/mcp", mcp_handler)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -11,11 +12,13 @@ from typing import Any
 import xxhash
 
 from compressors.view import Conversation, Kind, Role
+from proxy.costs import PrefixTracker, StreamTokens
 from proxy.dialects import Usage
 
 SESSION_HEADER = "x-session-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"
 MAX_SESSION_ID_LENGTH = 200
+RECENT_REQUESTS = 200  # chat requests remembered per session, for the dashboard
 
 
 class RequestKind(StrEnum):
@@ -82,6 +85,7 @@ class Tally:
     memory_nudges: int = 0
     memory_captures: int = 0
     checkpoints: int = 0  # compactions whose checkpoint was written
+    request_tokens: StreamTokens = field(default_factory=StreamTokens)  # whole bodies, estimated
 
     def add_usage(self, usage: Usage) -> None:
         self.usage_responses += 1
@@ -113,7 +117,22 @@ class Tally:
                 "checkpoints": self.checkpoints,
             },
             "usage_seen": {"responses": self.usage_responses, **self.usage.as_dict()},
+            # Chat request bodies in estimated tokens, and their cache-aware cost (proxy.costs).
+            "request_tokens": self.request_tokens.as_dict(),
         }
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One chat request of a session: its size before and after, and how it was answered."""
+
+    at: float
+    kind: str
+    tokens: StreamTokens
+    status: int = 0  # the upstream's status; 0 while it is being answered
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "kind": self.kind, "status": self.status, **self.tokens.as_dict()}
 
 
 @dataclass(slots=True)
@@ -127,6 +146,7 @@ class Session:
     tally: Tally = field(default_factory=Tally)
     last_usage: Usage | None = None
     last_usage_at: float | None = None
+    recent: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +161,10 @@ class Session:
             **self.tally.as_dict(),
         }
 
+    def detail(self) -> dict[str, Any]:
+        """``as_dict`` and the recent requests, oldest first."""
+        return {**self.as_dict(), "recent_requests": [r.as_dict() for r in self.recent]}
+
 
 class SessionRegistry:
     """Sessions by id, the least recently seen evicted past ``capacity``, plus the totals."""
@@ -149,6 +173,9 @@ class SessionRegistry:
         self.capacity = capacity
         self.totals = Tally()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self.prefixes = PrefixTracker()
+        # Totals counted elsewhere (e.g. expands, by the metrics), added to the snapshot.
+        self.extra_totals: dict[str, Callable[[], int]] = {}
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
         now = time.time()
@@ -163,6 +190,25 @@ class SessionRegistry:
             self._sessions.move_to_end(session_id)
         return session
 
+    def record_request(
+        self,
+        session: Session | None,
+        kind: str,
+        original: bytes,
+        forwarded: bytes,
+        cache_ttl: float,
+    ) -> RequestRecord:
+        """Count one chat request's estimated tokens and cached prefix, before and after."""
+        now = time.time()
+        stream = (session.session_id, kind) if session is not None else None
+        tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
+        record = RequestRecord(now, kind, tokens)
+        self.totals.request_tokens.add(tokens)
+        if session is not None:
+            session.tally.request_tokens.add(tokens)
+            session.recent.append(record)
+        return record
+
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
@@ -175,7 +221,8 @@ class SessionRegistry:
 
     def snapshot(self) -> dict[str, Any]:
         sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
+        extra = {name: count() for name, count in self.extra_totals.items()}
         return {
-            "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
+            "totals": {"sessions": len(self._sessions), **self.totals.as_dict(), **extra},
             "sessions": [session.as_dict() for session in sessions],
         }
