@@ -457,6 +457,7 @@ def _drop_reasoning(
 ) -> None:
     """Remove reasoning whole: the field, the thinking block, or the Responses item."""
     body = conversation.body
+    removed: set[int] = set()
     for item in dropped:
         holder = item.holder
         if conversation.dialect is Dialect.OPENAI_CHAT:
@@ -469,12 +470,13 @@ def _drop_reasoning(
                 continue
         else:
             continue  # Responses reasoning items are removed below, one entry per item
+        removed.add(id(item))
         result.counters["reasoning_dropped"] += 1
         result.changed = True
+    # The view must keep describing the body: later stages append by message index.
+    conversation.items[:] = [item for item in conversation.items if id(item) not in removed]
     if conversation.dialect is Dialect.OPENAI_RESPONSES:
-        doomed = {item.message for item in dropped}
-        entries = body.get("input")
-        if isinstance(entries, list) and doomed:
-            entries[:] = [e for i, e in enumerate(entries) if i not in doomed]
-            result.counters["reasoning_dropped"] += len(doomed)
+        count = conversation.drop_entries({item.message for item in dropped})
+        if count:
+            result.counters["reasoning_dropped"] += count
             result.changed = True

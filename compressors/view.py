@@ -123,6 +123,29 @@ class Conversation:
             if index not in carries_results
         ]
 
+    def drop_entries(self, indices: set[int]) -> int:
+        """Remove Responses ``input`` entries, renumbering the items that remain."""
+        entries = self.body.get("input")
+        if self.dialect is not Dialect.OPENAI_RESPONSES or not isinstance(entries, list):
+            return 0
+        doomed = {i for i in indices if 0 <= i < len(entries)}
+        if not doomed:
+            return 0
+        kept = [i for i in range(len(entries)) if i not in doomed]
+        entries[:] = [entries[i] for i in kept]
+        renumber = {old: new for new, old in enumerate(kept)}
+        self.items[:] = [item for item in self.items if item.message not in doomed]
+        for item in self.items:
+            if item.message >= 0:
+                item.message = renumber[item.message]
+        if self.last_user_message in doomed:
+            self.last_user_message = max(
+                (i for i in kept if i < self.last_user_message), default=-1
+            )
+        if self.last_user_message >= 0:
+            self.last_user_message = renumber.get(self.last_user_message, -1)
+        return len(doomed)
+
     def append_to_system(self, text: str) -> bool:
         """Add ``text`` after the system prompt; False when the request has none to extend.
 

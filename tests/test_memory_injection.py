@@ -336,3 +336,51 @@ async def test_each_part_switches_off(start_proxy, upstream, client, tmp_path, f
     assert (TAG in sent[0]["content"]) is (flag != "memory_inject")
     assert notes.exists() is (flag != "memory_captures")
     assert ("deepmem_memory_store" in sent[3]["content"]) is (flag != "memory_nudges")
+
+
+async def test_responses_hits_land_on_the_new_message_after_reasoning_is_dropped(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+
+    def user(text):
+        return {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        }
+
+    entries = [
+        user("list the files"),
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA" * 50},
+        {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": '{"command":"ls"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.py\nb.py"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok"}],
+        },
+        user("Why does the fixture loader fail under pytest?"),
+    ]
+    body = {
+        "model": "m",
+        "instructions": system_prompt(project),
+        "input": entries,
+        "tools": [{"type": "function", "name": "bash", "parameters": {}}],
+    }
+    async with client.post(
+        proxy.url + "/v1/responses", data=orjson.dumps(body), headers={"x-session-id": "ses_r"}
+    ) as response:
+        await response.read()
+    sent = orjson.loads(upstream.requests[-1].body)["input"]
+    assert [e["type"] for e in sent] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+        "message",
+    ]
+    last = sent[-1]["content"]
+    assert last[0]["text"] == "Why does the fixture loader fail under pytest?"
+    assert "PYTHONHASHSEED" in last[1]["text"]

@@ -1,0 +1,1 @@
+"""End-to-end tests: the real OpenCode CLI → deepmem → a scripted fake LLM, all on loopback."""
