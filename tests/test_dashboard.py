@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import struct
+import subprocess
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -265,17 +266,47 @@ async def test_session_detail_is_admin_only(start_proxy, upstream, client, monke
 # --- the page in headless Chromium -----------------------------------------------------------
 
 
-def chromium_or_fail() -> str:
-    if os.environ.get("DEEPMEM_BROWSER") == "skip":
-        pytest.skip("DEEPMEM_BROWSER=skip")
+def _find_chromium() -> str | None:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None and os.access("/usr/bin/chromium", os.X_OK):
         found = "/usr/bin/chromium"
-    if found is None:
-        pytest.fail(
-            "the dashboard test needs headless Chromium: install Debian's chromium "
-            "(apt-get install -y --no-install-recommends chromium), or set DEEPMEM_BROWSER=skip"
+    return found
+
+
+def _install_chromium() -> str:
+    """Install Debian's chromium (as root, or through sudo); the output of a failure."""
+    prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
+    if prefix is None or shutil.which("apt-get") is None:
+        return "not root, no sudo, or no apt-get"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    log = []
+    for command in (
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+    ):
+        done = subprocess.run(
+            prefix + command, env=env, capture_output=True, text=True, timeout=900, check=False
         )
+        log.append(done.stdout[-2000:] + done.stderr[-2000:])
+        if done.returncode != 0:
+            break
+    return "\n".join(log)
+
+
+def chromium_or_fail() -> str:
+    """Debian's headless Chromium, installed on first use like the e2e test installs OpenCode."""
+    if os.environ.get("DEEPMEM_BROWSER") == "skip":
+        pytest.skip("DEEPMEM_BROWSER=skip")
+    found = _find_chromium()
+    if found is None:
+        output = _install_chromium()
+        found = _find_chromium()
+        if found is None:
+            pytest.fail(
+                "the dashboard test needs headless Chromium and could not install it: install "
+                "Debian's chromium (apt-get install -y --no-install-recommends chromium), or set "
+                f"DEEPMEM_BROWSER=skip\n{output}"
+            )
     return found
 
 
