@@ -7,12 +7,9 @@ never changes OpenCode's files, and OpenCode may keep running while it reads.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from memory.opencode_history import (
     MessageView,
@@ -21,6 +18,7 @@ from memory.opencode_history import (
     SessionInfo,
     default_opencode_db,
 )
+from proxy.cli_io import emit_json, error, positive_int
 
 # argparse destinations of the history subcommands: not settings, so ``main`` leaves them out.
 ARGUMENT_KEYS = frozenset(
@@ -64,7 +62,7 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="only sessions that ran in DIR or below it",
     )
     sessions.add_argument(
-        "--limit", type=_positive, default=20, metavar="N", help="most sessions to show"
+        "--limit", type=positive_int, default=20, metavar="N", help="most sessions to show"
     )
 
     messages = _sub(subs, "messages", "show a session's messages in order")
@@ -77,7 +75,7 @@ def add_history_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     search.add_argument("query", help="words that must all occur (case-insensitive)")
     search.add_argument("--session", metavar="SESSION_ID", default=None, help="only this session")
     search.add_argument(
-        "--limit", type=_positive, default=20, metavar="N", help="most results to show"
+        "--limit", type=positive_int, default=20, metavar="N", help="most results to show"
     )
 
 
@@ -96,16 +94,6 @@ def _sub(
     return parser
 
 
-def _positive(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 # ---------------------------------------------------------------- running
 
 
@@ -116,16 +104,7 @@ def run_history(args: argparse.Namespace) -> int:
         with OpenCodeHistory(path) as history:
             return handler(args, history)
     except OpenCodeHistoryError as exc:
-        return _error(str(exc), FAILED)
-
-
-def _error(message: str, code: int) -> int:
-    print(f"deepmem: {message}", file=sys.stderr)
-    return code
-
-
-def _emit_json(payload: dict[str, Any]) -> None:
-    print(json.dumps(payload, ensure_ascii=False, indent=2))
+        return error(str(exc), FAILED)
 
 
 def _local(ms: int, seconds: bool = False) -> str:
@@ -144,7 +123,7 @@ def _sessions(args: argparse.Namespace, history: OpenCodeHistory) -> int:
     directories = _directories(args.directory) if args.directory else []
     sessions = history.sessions(directories, limit=args.limit)
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "database": str(history.path),
                 "directory": directories[0] if directories else None,
@@ -173,7 +152,7 @@ def _messages(args: argparse.Namespace, history: OpenCodeHistory) -> int:
     session = history.session(args.session_id)
     messages = history.messages(args.session_id, full=args.full)
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "database": str(history.path),
                 "session": session.to_json(),
@@ -207,10 +186,10 @@ def _message_header(message: MessageView) -> str:
 
 def _search(args: argparse.Namespace, history: OpenCodeHistory) -> int:
     if not args.query.split():
-        return _error("the search query is empty", USAGE)
+        return error("the search query is empty", USAGE)
     hits = history.search(args.query, session_id=args.session, limit=args.limit)
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "database": str(history.path),
                 "query": args.query,

@@ -31,7 +31,8 @@ from memory.catalog import ProjectMemory
 from memory.checkpoint import Checkpoint
 from memory.consolidate import Candidate, ConsolidationResult, consolidate, default_sources
 from memory.store import MEMORY_FILE, SECTIONS
-from proxy import memory_api
+from proxy import cli_io, memory_api
+from proxy.cli_io import emit_json, error, go_ahead, positive_int
 from proxy.config import Settings, add_arguments
 from proxy.memory_api import MemoryCallError
 from proxy.projects import ProjectChoice
@@ -164,7 +165,7 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     consolidate_cmd.add_argument(
         "--min-count",
-        type=_positive,
+        type=positive_int,
         default=2,
         metavar="N",
         help="sessions (or files) a line must recur in (default: 2)",
@@ -224,16 +225,6 @@ current directory) or --global.
 """
 
 
-def _positive(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _days(raw: str) -> int:
     try:
         value = int(raw)
@@ -260,11 +251,11 @@ def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -> int:
         memory, choice = _choose(args, settings)
         return handler(args, memory, choice)
     except CliError as exc:
-        return _error(str(exc), exc.code)
+        return error(str(exc), exc.code)
     except MemoryCallError as exc:
-        return _error(str(exc), USAGE)
+        return error(str(exc), USAGE)
     except OSError as exc:
-        return _error(str(exc), FAILED)
+        return error(str(exc), FAILED)
 
 
 def _choose(args: argparse.Namespace, settings: Settings) -> tuple[ProjectMemory, ProjectChoice]:
@@ -282,35 +273,11 @@ def _choose(args: argparse.Namespace, settings: Settings) -> tuple[ProjectMemory
     return service.catalog.get(resolved), ProjectChoice(resolved, "command line")
 
 
-def _error(message: str, code: int) -> int:
-    print(f"deepmem: {message}", file=sys.stderr)
-    return code
-
-
-def _emit_json(payload: dict[str, Any]) -> None:
-    print(json.dumps(payload, ensure_ascii=False, indent=2))
-
-
 def _ids(raw: str) -> list[str]:
     ids = [part for part in raw.replace(",", " ").split() if part]
     if not ids:
         raise CliError("--ids needs at least one entry id")
     return ids
-
-
-def _interactive() -> bool:
-    return sys.stdin.isatty()
-
-
-def _confirm(question: str) -> bool:
-    # The question goes to stderr so that stdout stays clean for --json.
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    try:
-        answer = sys.stdin.readline()
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return False
-    return answer.strip().lower() in ("y", "yes")
 
 
 def _header(memory: ProjectMemory) -> str:
@@ -335,7 +302,7 @@ def _show_entries(entries: list[dict[str, Any]]) -> None:
 def _search(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
     result = memory_api.search(memory, choice, args.query, args.limit)
     if args.json:
-        _emit_json(result)
+        emit_json(result)
         return 0
     if not result["results"]:
         print(f"no matches for {args.query!r} in {_header(memory)}")
@@ -351,7 +318,7 @@ def _search(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoi
 def _store(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
     result = memory_api.store(memory, choice, args.section, " ".join(args.text))
     if args.json:
-        _emit_json(result)
+        emit_json(result)
     elif result["stored"]:
         entry = result["entry"]
         print(f"stored [{entry['id']}] in {entry['section']} of {_header(memory)}")
@@ -381,7 +348,7 @@ def _cleanup(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectCho
     preview = memory_api.cleanup(memory, choice, args.older_than, args.section, ids, True)
     if args.dry_run:
         if args.json:
-            _emit_json(preview)
+            emit_json(preview)
         else:
             _preview_text(preview, "cleanup")
             print("dry run: nothing removed")
@@ -403,29 +370,18 @@ def _remove(
 ) -> int:
     """Show ``preview``; run ``delete`` (limited to the previewed ids) if forced or confirmed."""
     count = len(preview["matched"])
-    if args.json and not args.force and count and _interactive():
+    if args.json and not args.force and count and cli_io.interactive():
         print(json.dumps(preview["matched"], ensure_ascii=False, indent=2), file=sys.stderr)
     elif not args.json:
         _preview_text(preview, verb)
-    if count == 0:
-        go = False
-    elif args.force:
-        go = True
-    elif _interactive():
-        go = _confirm(f"delete {_entries(count)}?")
-        if not go and not args.json:
-            print("nothing deleted")
-    else:
-        go = False
-        if not args.json:
-            print(f"not deleted: no terminal to confirm; rerun with --force to delete {count}")
+    go = go_ahead(count, args.force, args.json, ("delete", "deleted"), f"delete {_entries(count)}?")
     if not go:
         if args.json:
-            _emit_json(preview)
+            emit_json(preview)
         return 0
     result = delete()
     if args.json:
-        _emit_json(result)
+        emit_json(result)
     else:
         print(f"deleted {_entries(len(result['matched']) if result['removed'] else 0)}")
     return 0
@@ -447,7 +403,7 @@ def _preview_text(preview: dict[str, Any], verb: str) -> None:
 def _list(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
     result = memory_api.list_entries(memory, choice, args.section)
     if args.json:
-        _emit_json(result)
+        emit_json(result)
     elif not result["entries"]:
         print(f"no entries in {_header(memory)}")
     else:
@@ -459,7 +415,7 @@ def _list(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice
 def _stats(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoice) -> int:
     result = memory_api.stats(memory, choice)
     if args.json:
-        _emit_json(result)
+        emit_json(result)
         return 0
     sections = ", ".join(f"{name} {count}" for name, count in result["sections"].items())
     print(_header(memory))
@@ -479,7 +435,7 @@ def _export(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoi
         except OSError as exc:
             raise CliError(f"cannot write {args.output}: {exc}", FAILED) from exc
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "project": str(memory.project_dir) if memory.project_dir else None,
                 "chosen_by": choice.source,
@@ -512,7 +468,7 @@ def _import(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoi
     except MemoryCallError as exc:
         raise CliError(str(exc), FAILED) from exc
     if args.json:
-        _emit_json(result)
+        emit_json(result)
         return 0
     print(f"imported {_entries(result['added'])} into {_header(memory)}")
     if result["duplicates"]:
@@ -534,31 +490,21 @@ def _consolidate(args: argparse.Namespace, memory: ProjectMemory, choice: Projec
         _consolidation_text(preview, memory, len(sources), args.min_count)
     if args.dry_run:
         if args.json:
-            _emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
+            emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
         else:
             print("dry run: nothing added")
         return 0
-    if count == 0:
-        go = False
-    elif args.force:
-        go = True
-    elif _interactive():
-        if args.json:
-            print(preview.report(), file=sys.stderr)
-        go = _confirm(f"add {_entries(count)} to {store.root / MEMORY_FILE}?")
-        if not go and not args.json:
-            print("nothing added")
-    else:
-        go = False
-        if not args.json:
-            print(f"not added: no terminal to confirm; rerun with --force to add {count}")
+    if args.json and count and not args.force and cli_io.interactive():
+        print(preview.report(), file=sys.stderr)
+    question = f"add {_entries(count)} to {store.root / MEMORY_FILE}?"
+    go = go_ahead(count, args.force, args.json, ("add", "added"), question)
     if not go:
         if args.json:
-            _emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
+            emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
         return 0
     result = consolidate(store, sources, args.min_count, dry_run=False)
     if args.json:
-        _emit_json(_consolidation_json(result, memory, choice, args.min_count, True))
+        emit_json(_consolidation_json(result, memory, choice, args.min_count, True))
         return 0
     print(f"added {_entries(len(result.added))} to {store.root / MEMORY_FILE}")
     if [c.text for c in result.added] != [c.text for c in preview.added]:
@@ -648,7 +594,7 @@ def _checkpoint_show(args: argparse.Namespace, memory: ProjectMemory, choice: Pr
     text = path.read_text(encoding="utf-8", errors="replace")
     session, captured = _raw_meta(text) if args.raw else _checkpoint_meta(text)
     if args.json:
-        _emit_json({"path": str(path), "session": session, "captured": captured, "text": text})
+        emit_json({"path": str(path), "session": session, "captured": captured, "text": text})
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0

@@ -16,25 +16,14 @@ import pytest
 from memory.archive import RAW_FILE, write_checkpoint
 from memory.checkpoint import Checkpoint
 from memory.project import global_memory_dir
-from proxy import memory_cli
-from proxy.cli import main
+from proxy import cli_io
+from tests.cli_result import Result, run
 
 ALPHA = "ses_alpha"
 BETA = "ses_beta"
 T_ALPHA = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 T_BETA = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
 SHARED_DECISION = "Use SQLite for proxy state"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @dataclass
@@ -51,9 +40,7 @@ class Cli:
         where = (
             [] if "--global" in argv or "--project" in argv else ["--project", str(self.project)]
         )
-        code = main([*argv, *where, "--data-dir", str(self.data)])
-        captured = self.capsys.readouterr()
-        return Result(code, captured.out, captured.err)
+        return run(self.capsys, [*argv, *where, "--data-dir", str(self.data)])
 
     def memory_md(self) -> str | None:
         path = self.memory_dir / "MEMORY.md"
@@ -66,7 +53,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith("DEEP_MEMORY_"):
             monkeypatch.delenv(name)
     # pytest's stdin is no terminal anyway; say so explicitly for the preview-only paths.
-    monkeypatch.setattr(memory_cli, "_interactive", lambda: False)
+    monkeypatch.setattr(cli_io, "interactive", lambda: False)
 
 
 @pytest.fixture
@@ -291,7 +278,7 @@ def test_consolidate_min_count(cli: Cli, two_sessions: dict[str, str]) -> None:
 def test_consolidate_on_a_terminal_asks_first(
     cli: Cli, two_sessions: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory_cli, "_interactive", lambda: True)
+    monkeypatch.setattr(cli_io, "interactive", lambda: True)
     monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
     declined = cli("memory", "consolidate")
     assert "nothing added" in declined.out and "[y/N]" in declined.err

@@ -14,6 +14,7 @@ import pytest
 
 from memory.opencode_history import OpenCodeHistory, OpenCodeHistoryError, default_opencode_db
 from proxy.cli import main
+from tests.cli_result import Result, run
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "opencode"
@@ -287,25 +288,12 @@ def db(pristine: Path, tmp_path: Path) -> Iterator[Path]:
     assert not [name for name in after.files if name.endswith(SIDECARS)]
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
 @pytest.fixture
 def history(db: Path, capsys: pytest.CaptureFixture[str]) -> Any:
-    def run(*argv: str, database: Path | None = None) -> Result:
-        code = main(["history", *argv, "--opencode-db", str(database or db)])
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
+    def history_cli(*argv: str, database: Path | None = None) -> Result:
+        return run(capsys, ["history", *argv, "--opencode-db", str(database or db)])
 
-    return run
+    return history_cli
 
 
 # ---------------------------------------------------------------- sessions

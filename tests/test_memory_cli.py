@@ -12,21 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy import memory_cli
+from proxy import cli_io
 from proxy.cli import main
+from tests.cli_result import Result, run
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> dict:
-        return json.loads(self.out)
 
 
 @dataclass
@@ -39,9 +29,7 @@ class Cli:
         where = ["--project", str(project or self.project)]
         if "--global" in argv or "--project" in argv:
             where = []
-        code = main(["memory", *argv, *where, "--data-dir", str(self.data)])
-        captured = self.capsys.readouterr()
-        return Result(code, captured.out, captured.err)
+        return run(self.capsys, ["memory", *argv, *where, "--data-dir", str(self.data)])
 
     def texts(self, project: Path | None = None) -> list[str]:
         return [e["text"] for e in self("list", "--json", project=project).json["entries"]]
@@ -139,7 +127,7 @@ def test_forget_on_a_terminal_deletes_exactly_the_previewed_entries(
 ) -> None:
     cli("store", "Decisions", "Use SQLite for proxy state")
     cli("store", "Notes", "Keep the proxy stateless")
-    monkeypatch.setattr(memory_cli, "_interactive", lambda: True)
+    monkeypatch.setattr(cli_io, "interactive", lambda: True)
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
     declined = cli("forget", "proxy")
@@ -152,7 +140,7 @@ def test_forget_on_a_terminal_deletes_exactly_the_previewed_entries(
         main([*argv, "--project", str(cli.project), "--data-dir", str(cli.data)])
         return True
 
-    monkeypatch.setattr(memory_cli, "_confirm", confirm_after_another_store)
+    monkeypatch.setattr(cli_io, "confirm", confirm_after_another_store)
     confirmed = cli("forget", "proxy")
     assert "deleted 2 entries" in confirmed.out
     assert cli.texts() == ["The proxy binds loopback"]
