@@ -42,6 +42,7 @@ from compressors.view import Conversation, Dialect, Item, Kind, Role, parse_conv
 from memory.ccr import OriginalStore
 from memory.db import open_database
 from proxy.config import load_settings
+from proxy.memory_api import memory_service
 from proxy.pipeline import Outcome, Rewrite, Transform, rewrite_request
 from proxy.stages import Stores, build_transforms, open_stores
 from tests.conftest import ROOT
@@ -821,3 +822,76 @@ def test_rewrite_keeps_untouched_numbers_exact(
     rewrite = hook(raw, dialect, transforms, "numbers")
     exact = json.loads(rewrite.body)["metadata"]  # the stdlib keeps every integer exact
     assert json.dumps(exact) == json.dumps(json.loads(raw)["metadata"])
+
+
+# --- memory injection through the whole hook ------------------------------------------------
+
+MEMORY_MD = (
+    "## Constraints\n\n- Never edit the generated parser tables\n\n## Decisions\n\n"
+    + "".join(
+        f"- The {word} module keeps its own cache of {other} objects [2026-0{1 + n % 9}-1{n % 9}]\n"
+        for n, (word, other) in enumerate(zip(WORDS, reversed(WORDS), strict=False))
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def memory_hook() -> Iterator[tuple[list[Transform], str]]:
+    with tempfile.TemporaryDirectory() as root:
+        project = os.path.join(root, "project")
+        os.makedirs(os.path.join(project, ".deep-memory"))
+        with open(os.path.join(project, ".deep-memory", "MEMORY.md"), "w") as handle:
+            handle.write(MEMORY_MD)
+        proxy_settings = load_settings(
+            {"data_dir": os.path.join(root, "data"), "allowed_roots": root}, environ={}
+        )
+        stores = open_stores(proxy_settings, in_memory=True)
+        yield build_transforms(proxy_settings, stores, memory_service(proxy_settings)), project
+
+
+@PROPERTY
+@given(session=sessions())
+def test_injection_is_appended_once_and_resent_byte_for_byte(
+    session: Session,
+    memory_hook: tuple[list[Transform], str],
+    transforms: list[Transform],
+) -> None:
+    """Invariant 6 for memory. The same requests go through the compression-only hook and the
+    full one (its own stores, same session): the full one's system prompt and user messages
+    are the compression-only ones plus an appended suffix, and each suffix, once sent, is sent
+    again byte for byte on every later request."""
+    with_memory, project = memory_hook
+    for rendered in renderings(session):
+        headers = {
+            "x-session-id": f"prop-{rendered.dialect}-{os.urandom(6).hex()}",
+            "X-Deep-Memory-Project": project,
+        }
+        system_suffix: str | None = None
+        suffixes: list[str] = []  # what the k-th user message got appended, when first sent
+        for boundary in rendered.boundaries:
+            raw = dumps(rendered.request(boundary))
+            plain = rewrite_request(raw, rendered.dialect, headers, transforms)
+            full = rewrite_request(raw, rendered.dialect, headers, with_memory)
+            assert full.outcome in (Outcome.FORWARDED, Outcome.REWRITTEN), full.error
+            base = parse_conversation(rendered.dialect, orjson.loads(plain.body))
+            sent = parse_conversation(rendered.dialect, orjson.loads(full.body))
+            for kind in (Kind.TOOL_CALL, Kind.TOOL_RESULT):  # pairing kept; text parts may be new
+                assert [i.call_id for i in sent.items if i.kind is kind] == [
+                    i.call_id for i in base.items if i.kind is kind
+                ]
+            assert sent.system_text.startswith(base.system_text)
+            suffix = sent.system_text[len(base.system_text) :]
+            system_suffix = suffix if system_suffix is None else system_suffix
+            assert suffix == system_suffix, "the stable block changed within the session"
+            forms = [text for _, text in sent.user_messages()]
+            bases = [text for _, text in base.user_messages()]
+            assert len(forms) == len(bases)
+            for k, (form, plain_form) in enumerate(zip(forms, bases, strict=True)):
+                assert form.startswith(plain_form)
+                added = form[len(plain_form) :]
+                assert added.count("<deep-memory-context") <= 1
+                if k < len(suffixes):
+                    assert added == suffixes[k], f"user message {k} changed its injected text"
+                else:
+                    suffixes.append(added)
+        assert system_suffix, f"{rendered.dialect}: no stable block was injected"
