@@ -28,14 +28,6 @@ class Resolution:
     source: str | None  # "config", "header", "system_prompt" or None
     reason: str
 
-    @property
-    def ok(self) -> bool:
-        return self.path is not None
-
-
-def default_allowed_roots() -> list[Path]:
-    return [Path.home()]
-
 
 def working_directory_from_prompt(system_prompt: str) -> str | None:
     """The path on OpenCode's `Working directory: /path` line, if any."""
@@ -59,16 +51,6 @@ def explain_project_dir(
         if raw is not None and raw.strip():
             return check_project_dir(source, raw.strip(), allowed_roots)
     return Resolution(None, None, "no project directory in config, header or system prompt")
-
-
-def resolve_project_dir(
-    configured: Path | str | None,
-    header: str | None,
-    system_prompt: str,
-    allowed_roots: list[Path],
-) -> Path | None:
-    """The accepted project directory, or None (see `explain_project_dir` for why)."""
-    return explain_project_dir(configured, header, system_prompt, allowed_roots).path
 
 
 def check_project_dir(source: str, raw: str, allowed_roots: list[Path]) -> Resolution:

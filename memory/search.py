@@ -42,7 +42,6 @@ from memory.tokenize import TokenizerMode, tokenize
 K1 = 1.5
 B = 0.75
 
-KINDS = ("decisions", "constraints", "gotchas", "facts", "notes", "checkpoint", "other")
 DECAY_HALF_LIFE_DAYS: dict[str, float | None] = {
     "constraints": None,
     "decisions": 180.0,
@@ -436,11 +435,3 @@ def _as_date(now: date | datetime | None) -> date:
     if now is None:
         return date.today()
     return now.date() if isinstance(now, datetime) else now
-
-
-def memory_files(directory: str | Path) -> list[Path]:
-    """The searchable files of a ``.deep-memory/`` directory that exist now."""
-    root = Path(directory)
-    names = [root / "MEMORY.md", root / "notes.md", root / "checkpoint.md"]
-    sessions = sorted((root / "sessions").glob("*/checkpoint*.md"))
-    return [path for path in names if path.is_file()] + sessions

@@ -45,7 +45,6 @@ from proxy.sessions import RequestKind
 log = logging.getLogger("deepmem.compaction")
 
 REPORT = "compaction"
-PROMPT_MODES = ("off", "augment", "replace")
 
 COVERAGE = (
     "(1) the task overview, (2) progress so far, (3) key decisions and why, (4) constraints "
@@ -172,6 +171,20 @@ class CompactionStage:
         elif mode == "replace":
             changed = self._replace_template(conversation, archive, len(history)) or changed
             report.prompt = mode
+        log.info(
+            "compaction of session %s: %s",
+            context.session_id,
+            f"checkpoint {report.checkpoint}" if report.checkpoint else "no checkpoint written",
+            extra={
+                "fields": {
+                    "messages": report.messages,
+                    "history": report.source,
+                    "outputs_compressed": report.outputs_compressed,
+                    "prompt": report.prompt,
+                    "write_error": report.write_error,
+                }
+            },
+        )
         return changed
 
     def _history(

@@ -56,10 +56,8 @@ MEMORY_STORE_TOOL = "memory_store"
 @dataclass(slots=True)
 class MemoryReport:
     project: Path | None
-    project_reason: str
+    project_reason: str  # why the project was accepted, or why none was
     new_turn: bool = False
-    stable_chars: int = 0
-    injected_chars: int = 0
     hits: int = 0
     captured: bool = False
     nudges: tuple[str, ...] = ()
@@ -120,6 +118,8 @@ class MemoryStage:
         resolution = self.projects.for_request(header, conversation.system_text, context.session_id)
         report = MemoryReport(resolution.path, resolution.reason)
         context.reports[REPORT] = report
+        if resolution.path is None and log.isEnabledFor(logging.DEBUG):
+            log.debug("session %s: no project memory (%s)", context.session_id, resolution.reason)
         memory = self.catalog.get(resolution.path)
         memo = self.memo.load(context.session_id)
         changed = False
@@ -133,7 +133,6 @@ class MemoryStage:
                 )
             if memo.stable:
                 changed = conversation.append_to_system(memo.stable)
-                report.stable_chars = len(memo.stable) if changed else 0
         users = conversation.user_messages()
         if not users:
             return changed
@@ -146,7 +145,6 @@ class MemoryStage:
             text = injected.text if injected is not None else ""
             if text and conversation.append_to_message(index, text):
                 changed = True
-                report.injected_chars += len(text)
         return changed
 
     def _new_turn(

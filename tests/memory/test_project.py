@@ -11,7 +11,6 @@ from memory.project import (
     explain_project_dir,
     global_memory_dir,
     project_memory_dir,
-    resolve_project_dir,
     working_directory_from_prompt,
 )
 from memory.store import MemoryStore
@@ -44,7 +43,7 @@ def outside(tmp_path: Path) -> Path:
 
 def store_for_request(system_prompt: str, allowed: list[Path]) -> bool:
     """What the proxy does: resolve, and only then write memory."""
-    project = resolve_project_dir(None, None, system_prompt, allowed)
+    project = explain_project_dir(None, None, system_prompt, allowed).path
     if project is None:
         return False
     MemoryStore(project_memory_dir(project)).store("Facts", "request fact", "2026-11-01")
@@ -75,7 +74,7 @@ def test_working_directory_in_opencode_fixtures() -> None:
 
 def test_system_prompt_inside_root_is_accepted(home: Path) -> None:
     result = explain_project_dir(None, None, prompt(home / "proj"), [home])
-    assert result.ok and result.path == (home / "proj").resolve()
+    assert result.path == (home / "proj").resolve()
     assert result.source == "system_prompt"
     assert store_for_request(prompt(home / "proj"), [home])
     assert (home / "proj" / ".deep-memory" / "MEMORY.md").exists()
@@ -83,7 +82,7 @@ def test_system_prompt_inside_root_is_accepted(home: Path) -> None:
 
 def test_system_prompt_outside_root_writes_nothing(home: Path, outside: Path) -> None:
     result = explain_project_dir(None, None, prompt(outside), [home])
-    assert not result.ok and "not under an allowed root" in result.reason
+    assert result.path is None and "not under an allowed root" in result.reason
     assert not store_for_request(prompt(outside), [home])
     assert not (outside / ".deep-memory").exists()
     assert list(outside.iterdir()) == []
@@ -92,7 +91,7 @@ def test_system_prompt_outside_root_writes_nothing(home: Path, outside: Path) ->
 def test_symlink_escape_refused(home: Path, outside: Path) -> None:
     link = home / "escape"
     link.symlink_to(outside, target_is_directory=True)
-    assert resolve_project_dir(None, None, prompt(link), [home]) is None
+    assert explain_project_dir(None, None, prompt(link), [home]).path is None
     assert not store_for_request(prompt(link), [home])
     assert not (outside / ".deep-memory").exists()
 
@@ -102,7 +101,10 @@ def test_symlinked_root_and_inside_link_accepted(tmp_path: Path, home: Path) -> 
     root_link.symlink_to(home, target_is_directory=True)
     inner = home / "inner-link"
     inner.symlink_to(home / "proj", target_is_directory=True)
-    assert resolve_project_dir(None, None, prompt(inner), [root_link]) == (home / "proj").resolve()
+    assert (
+        explain_project_dir(None, None, prompt(inner), [root_link]).path
+        == (home / "proj").resolve()
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,7 @@ def test_bad_paths_refused(home: Path, outside: Path, raw: str, why: str) -> Non
 
 def test_dotdot_staying_inside_root_is_still_refused(home: Path) -> None:
     header = f"{home}/other/../proj"
-    assert resolve_project_dir(None, header, "", [home]) is None
+    assert explain_project_dir(None, header, "", [home]).path is None
 
 
 def test_header_beats_system_prompt(home: Path) -> None:
@@ -152,11 +154,11 @@ def test_refused_header_does_not_fall_back(home: Path, outside: Path) -> None:
 def test_nothing_given(home: Path) -> None:
     result = explain_project_dir(None, None, "no env block here", [home])
     assert result.path is None and result.source is None
-    assert resolve_project_dir(None, "  ", "", [home]) is None
+    assert explain_project_dir(None, "  ", "", [home]).path is None
 
 
 def test_no_allowed_roots_refuses_everything(home: Path) -> None:
-    assert resolve_project_dir(home / "proj", None, "", []) is None
+    assert explain_project_dir(home / "proj", None, "", []).path is None
 
 
 def test_memory_dir_helpers(tmp_path: Path) -> None:
