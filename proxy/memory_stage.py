@@ -137,9 +137,23 @@ class MemoryStage:
         if not users:
             return changed
         anchors = message_anchors(users)
+        fresh = [k for k, anchor in enumerate(anchors) if anchor not in memo.by_anchor]
+        resume = ("", "", False)
+        if fresh and self.settings.resume and self.settings.resume_tokens:
+            resume = self._resume(memory, memo, context)
+        if resume[2] and fresh[0] != len(anchors) - 1:
+            # After a compaction OpenCode restarts the history with "What did we do so far?"
+            # and the summary; the checkpoint goes with that first message not seen before,
+            # which may not be the newest (a compaction in mid tool loop continues the turn).
+            self.memo.add(
+                context.session_id, anchors[fresh[0]], Injected(resume[0], memo.turns, (resume[1],))
+            )
+            resume = ("", "", False)
         if anchors[-1] not in memo.by_anchor:
             report.new_turn = True
-            self._new_turn(conversation, context, memory, memo, users, anchors[-1], report)
+            self._new_turn(
+                conversation, context, memory, memo, users, anchors[-1], report, resume[:2]
+            )
         for (index, _), anchor in zip(users, anchors, strict=True):
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""
@@ -156,6 +170,7 @@ class MemoryStage:
         users: list[tuple[int, str]],
         anchor: str,
         report: MemoryReport,
+        resume: tuple[str, str],
     ) -> None:
         settings = self.settings
         text = users[-1][1]
@@ -170,14 +185,10 @@ class MemoryStage:
         block = recall_block(lines, budget, [text for _, text in nudges])
         report.hits = len(lines) if block else 0
         report.nudges = tuple(kind for kind, _ in nudges)
-        if settings.resume and settings.resume_tokens:
-            subagent = context.headers is not None and bool(
-                context.headers.get(PARENT_SESSION_HEADER)
-            )
-            resume, used = self._resume(memory, memo, context.session_id, subagent)
-            if resume:
-                block = resume + "\n\n" + block if block else resume
-                report.nudges += (used,)
+        resume_block, resume_tag = resume
+        if resume_block:
+            block = resume_block + "\n\n" + block if block else resume_block
+            report.nudges += (resume_tag,)
         self.memo.add(context.session_id, anchor, Injected(block, memo.turns, report.nudges))
         if settings.memory_captures:
             report.captured = self._capture(memory, context.session_id, text, report)
@@ -196,14 +207,17 @@ class MemoryStage:
         return lines
 
     def _resume(
-        self, memory: ProjectMemory, memo: SessionInjections, session_id: str, subagent: bool
-    ) -> tuple[str, str]:
-        """The resume block and its memo tag, or ("", "") when there is nothing to resume.
+        self, memory: ProjectMemory, memo: SessionInjections, context: RequestContext
+    ) -> tuple[str, str, bool]:
+        """The resume block, its memo tag and whether it is the session's own checkpoint;
+        ("", "", False) when there is nothing to resume.
 
         The session's own newest checkpoint, once, after a compaction; on a session's first
         message, the newest checkpoint of any other session of the project (not for a
         subagent: its parent already has the context, and its task is narrow).
         """
+        session_id = context.session_id
+        subagent = context.headers is not None and bool(context.headers.get(PARENT_SESSION_HEADER))
         memory_dir = memory.memory_dir or memory.global_dir
         used = {
             tag for i in memo.by_anchor.values() for tag in i.nudges if tag.startswith("resume:")
@@ -214,21 +228,22 @@ class MemoryStage:
         elif memo.turns == 0 and not subagent:
             latest = latest_checkpoint(memory_dir)
             if latest is None or latest.session == session_dirname(session_id):
-                return "", ""
+                return "", "", False
             chosen, intro = latest, RESUME_OTHER
         else:
-            return "", ""
+            return "", "", False
         try:
             checkpoint = Checkpoint.parse(chosen.checkpoint.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             log.warning("cannot read checkpoint %s: %s", chosen.checkpoint, exc)
-            return "", ""
+            return "", "", False
         digest = essentials(checkpoint, self.settings.resume_tokens)
         if not digest.strip():
-            return "", ""
+            return "", "", False
         day = f"{chosen.stamp[:4]}-{chosen.stamp[4:6]}-{chosen.stamp[6:8]}"
         header = intro.format(session=checkpoint.session_id, when=day)
-        return wrap("resume", header + "\n" + defang(digest)), f"resume:{chosen.stamp}"
+        block = wrap("resume", header + "\n" + defang(digest))
+        return block, f"resume:{chosen.stamp}", intro is RESUME_OWN
 
     def _nudges(
         self,

@@ -289,7 +289,10 @@ async def test_corpus_session_compacted_in_the_middle_resumes(
     body = {"model": "m", "messages": restarted, "tools": tools}
     await send(client, proxy, "/v1/chat/completions", body, "ses_long")
     first = orjson.loads(upstream.requests[-1].body)["messages"]
-    resume = first[3]["content"]  # the newest user message carries what is injected
+    # The restarted history opens with "What did we do so far?": the checkpoint goes there.
+    resume = first[1]["content"]
+    assert resume.startswith("What did we do so far?")
+    assert 'kind="resume"' not in first[3]["content"]
     assert f'<{TAG} kind="resume">' in resume and "This conversation was compacted" in resume
     assert str(memory_dir / "sessions" / "ses_long") in resume
     restarted += [
@@ -298,7 +301,7 @@ async def test_corpus_session_compacted_in_the_middle_resumes(
     ]
     await send(client, proxy, "/v1/chat/completions", {**body, "messages": restarted}, "ses_long")
     later = orjson.loads(upstream.requests[-1].body)["messages"]
-    assert later[3]["content"] == resume  # memoised, byte for byte
+    assert later[1]["content"] == resume  # memoised, byte for byte
     assert 'kind="resume"' not in later[-1]["content"]
 
     # The next session in the project starts with the checkpoint of this one.

@@ -314,14 +314,12 @@ class Verdict:
             after and SUMMARY_TAG in after[0].raw.decode(),
             "the request after the compaction does not carry the summary",
         )
-        # OpenCode continues with its own "Continue if you have next steps" user message; it
-        # carries the checkpoint's essentials. (Anthropic sends that text beside a tool result,
-        # which continues the tool loop, so the block waits for the next real user message.)
-        if self.result["provider"] != "anthropic":
-            self.check(
-                any('kind="resume"' in e.text for r in after for e in r.entries),
-                "no resume block reached the model after the compaction",
-            )
+        # The restarted history opens with OpenCode's "What did we do so far?"; deepmem adds
+        # the checkpoint's essentials to it.
+        self.check(
+            any('kind="resume"' in e.text for r in after for e in r.entries),
+            "no resume block reached the model after the compaction",
+        )
         memory_dir = Path(self.result["repo"]) / ".deep-memory"
         checkpoint, raw = memory_dir / "checkpoint.md", memory_dir / "checkpoint.raw.json"
         if self.check(checkpoint.is_file(), f"{checkpoint} was not written"):
