@@ -100,7 +100,7 @@ class CompactionReport:
 class HistoryCache:
     """The last agent request body of each session, bounded in sessions and bytes."""
 
-    def __init__(self, max_sessions: int = 256, max_bytes: int = 512 * 1024 * 1024) -> None:
+    def __init__(self, max_sessions: int = 128, max_bytes: int = 256 * 1024 * 1024) -> None:
         self._bodies: LRUCache[str, tuple[Dialect, bytes]] = LRUCache(
             maxsize=max_bytes, getsizeof=lambda entry: len(entry[1]) or 1
         )
