@@ -376,3 +376,18 @@ async def _compact_and_check_health(start_proxy, upstream, client, home, project
         problems = (await response.json())["problems"]
     assert "cannot write" in problems["checkpoint_writes"]
     assert proxy.state.sessions.get("ses_ro").tally.fail_opens == 0
+
+
+def test_history_cache_is_bounded_in_sessions_and_bytes():
+    from compressors.view import Dialect
+    from proxy.compaction import HistoryCache
+
+    cache = HistoryCache(max_sessions=3, max_bytes=1000)
+    for n in range(5):
+        cache.remember(f"s{n}", Dialect.OPENAI_CHAT, b"x" * 100)
+    assert [cache.get(f"s{n}") is not None for n in range(5)] == [False, False, True, True, True]
+    cache.remember("big", Dialect.ANTHROPIC, b"y" * 900)
+    assert cache.get("big") == (Dialect.ANTHROPIC, b"y" * 900)
+    assert sum(cache.get(f"s{n}") is not None for n in range(5)) == 1  # 900 + 100 <= 1000
+    cache.remember("huge", Dialect.ANTHROPIC, b"z" * 2000)  # larger than the whole cache
+    assert cache.get("huge") is None and cache.get("big") is not None
