@@ -38,11 +38,18 @@ def estimate_bytes_tokens(data: bytes) -> int:
     A continuation or lead byte of a multi-byte character adds a quarter token, so a CJK
     character (3 bytes) costs about 0.75 + 0.5: the same 1.25 as ``estimate_tokens``.
     """
-    base = (len(data) + 3) // 4
-    if data.isascii():
-        return base
-    high = len(data) - len(data.translate(None, _HIGH_BYTES))
-    return base + high // 6
+    return tokens_from_counts(len(data), high_bytes(data))
+
+
+def high_bytes(data: bytes) -> int:
+    """How many bytes of ``data`` are not ASCII (counted at C speed)."""
+    return 0 if data.isascii() else len(data) - len(data.translate(None, _HIGH_BYTES))
+
+
+def tokens_from_counts(length: int, high: int) -> int:
+    """``estimate_bytes_tokens`` of a text of ``length`` bytes, ``high`` of them not ASCII:
+    callers that know the counts of the parts of a body need not scan the whole of it."""
+    return (length + 3) // 4 + high // 6
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from compressors.tokens import estimate_bytes_tokens
+from compressors.tokens import high_bytes, tokens_from_counts
 
 MAX_STREAMS = 64  # previous bodies kept, to bound memory: the most recently seen streams
 
@@ -96,10 +96,22 @@ class StreamTokens:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """A body and its count of non-ASCII bytes (what the token estimate needs)."""
+
+    data: bytes
+    high: int
+
+    @property
+    def tokens(self) -> int:
+        return tokens_from_counts(len(self.data), self.high)
+
+
 @dataclass(slots=True)
 class _Previous:
-    original: bytes
-    forwarded: bytes
+    original: _Body
+    forwarded: _Body
     at: float
 
 
@@ -129,18 +141,19 @@ class PrefixTracker:
         """Price one request against the stream's previous one and remember it."""
         now = time.time() if now is None else now
         self._expire(now, ttl)
-        tokens_in = estimate_bytes_tokens(original)
-        tokens_out = tokens_in if forwarded is original else estimate_bytes_tokens(forwarded)
-        figures = StreamTokens(tokens_in=tokens_in, tokens_out=tokens_out)
-        if stream is None:
-            return figures
-        previous = self._previous.pop(stream, None)
-        if previous is not None:
-            figures.cached_in = _cached_tokens(previous.original, original)
-            figures.cached_out = _cached_tokens(previous.forwarded, forwarded)
-        self._previous[stream] = _Previous(original, forwarded, now)
-        while len(self._previous) > self.capacity:
-            self._previous.popitem(last=False)
+        previous = self._previous.pop(stream, None) if stream is not None else None
+        figures = StreamTokens()
+        if previous is None:
+            before = _Body(original, high_bytes(original))
+            after = before if forwarded is original else _Body(forwarded, high_bytes(forwarded))
+        else:
+            before, figures.cached_in = _against(previous.original, original)
+            after, figures.cached_out = _against(previous.forwarded, forwarded)
+        figures.tokens_in, figures.tokens_out = before.tokens, after.tokens
+        if stream is not None:
+            self._previous[stream] = _Previous(before, after, now)
+            while len(self._previous) > self.capacity:
+                self._previous.popitem(last=False)
         return figures
 
     def _expire(self, now: float, ttl: float) -> None:
@@ -151,5 +164,15 @@ class PrefixTracker:
             self._previous.popitem(last=False)
 
 
-def _cached_tokens(previous: bytes, body: bytes) -> int:
-    return estimate_bytes_tokens(body[: common_prefix_length(previous, body)])
+def _against(previous: _Body, body: bytes) -> tuple[_Body, int]:
+    """``body`` with its count, and the tokens of its prefix shared with ``previous``.
+
+    Only the two differing tails are scanned: the shared prefix's non-ASCII count is the
+    previous body's minus that of its own tail.
+    """
+    shared = common_prefix_length(previous.data, body)
+    prefix_high = previous.high - high_bytes(previous.data[shared:])
+    return (
+        _Body(body, prefix_high + high_bytes(body[shared:])),
+        tokens_from_counts(shared, prefix_high),
+    )

@@ -67,6 +67,25 @@ def test_common_prefix_length_matches_a_byte_loop(shared, a, b):
     assert common_prefix_length(shared + a, shared + b) == naive_prefix(shared + a, shared + b)
 
 
+@given(st.lists(st.tuples(st.text(max_size=40), st.text(max_size=40)), min_size=1, max_size=6))
+def test_tracker_counts_only_tails_yet_equals_full_estimates(bodies):
+    """The tracker scans only what differs from the previous body; its figures must equal
+    the estimates of the whole bodies and of their shared prefixes."""
+    tracker = PrefixTracker()
+    previous: tuple[bytes, bytes] | None = None
+    for n, (text_in, text_out) in enumerate(bodies):
+        original, forwarded = ("前" + text_in).encode(), ("前" + text_out).encode()
+        figures = tracker.observe(("s", "agent"), original, forwarded, ttl=300, now=float(n))
+        assert figures.tokens_in == estimate_bytes_tokens(original)
+        assert figures.tokens_out == estimate_bytes_tokens(forwarded)
+        if previous is not None:
+            shared_in = original[: common_prefix_length(previous[0], original)]
+            shared_out = forwarded[: common_prefix_length(previous[1], forwarded)]
+            assert figures.cached_in == estimate_bytes_tokens(shared_in)
+            assert figures.cached_out == estimate_bytes_tokens(shared_out)
+        previous = (original, forwarded)
+
+
 # --- cache-aware cost ------------------------------------------------------------------------
 
 
