@@ -145,13 +145,11 @@ class CompactionStage:
         header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
         if context.kind is RequestKind.AGENT:
             self.histories.remember(context.session_id, context.dialect, context.raw)
-            self.projects.for_request(header, conversation.system_text, context.session_id)
+            self.projects.for_request(header, conversation, context.session_id)
             return False
         if context.kind is not RequestKind.COMPACTION:
             return False
-        project = self.projects.for_request(
-            header, conversation.system_text, context.session_id
-        ).path
+        project = self.projects.for_request(header, conversation, context.session_id).path
         memory = self.catalog.get(project)
         memory_dir = memory.memory_dir or memory.global_dir
         now = datetime.now(UTC)

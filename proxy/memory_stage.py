@@ -115,7 +115,7 @@ class MemoryStage:
         if context.kind is not RequestKind.AGENT:
             return False
         header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
-        resolution = self.projects.for_request(header, conversation.system_text, context.session_id)
+        resolution = self.projects.for_request(header, conversation, context.session_id)
         report = MemoryReport(resolution.path, resolution.reason)
         context.reports[REPORT] = report
         if resolution.path is None and log.isEnabledFor(logging.DEBUG):

@@ -23,12 +23,8 @@ from pathlib import Path
 
 from cachetools import LRUCache
 
-from memory.project import (
-    Resolution,
-    check_project_dir,
-    explain_project_dir,
-    working_directory_from_prompt,
-)
+from compressors.view import Conversation
+from memory.project import Resolution, check_project_dir, explain_project_dir
 
 ACTIVE_WINDOW = 600.0
 
@@ -47,28 +43,31 @@ class ProjectResolver:
     def __init__(self, configured: Path | None, allowed_roots: tuple[Path, ...]) -> None:
         self.configured = configured
         self.allowed_roots = list(allowed_roots)
-        self._cache: LRUCache[tuple[str | None, str | None], Resolution] = LRUCache(maxsize=512)
+        self._cache: LRUCache[tuple[str, str | None], Resolution] = LRUCache(maxsize=4096)
         self._active: dict[Path, float] = {}
         self._sessions: LRUCache[str, Path] = LRUCache(maxsize=4096)
 
     def for_request(
-        self, header: str | None, system_prompt: str, session_id: str | None = None
+        self, header: str | None, conversation: Conversation, session_id: str
     ) -> Resolution:
-        """The project of a chat request (memoised by the raw candidates).
+        """The project of a chat request, memoised per session and header: a session's
+        working directory does not change, so its system prompt is read once.
 
         A request without a working directory of its own (a compaction request carries the
         summarizer's prompt) gets the project its session last named.
         """
-        key = (header, working_directory_from_prompt(system_prompt))
+        key = (session_id, header)
         found = self._cache.get(key)
         if found is None or (found.path is not None and not found.path.is_dir()):
-            found = explain_project_dir(self.configured, header, system_prompt, self.allowed_roots)
-            self._cache[key] = found
+            found = explain_project_dir(
+                self.configured, header, conversation.system_text, self.allowed_roots
+            )
+            if found.source is not None:  # a request that named nothing may precede one that does
+                self._cache[key] = found
         if found.path is not None:
             self._active[found.path] = time.monotonic()
-            if session_id is not None:
-                self._sessions[session_id] = found.path
-        elif found.source is None and session_id is not None:
+            self._sessions[session_id] = found.path
+        elif found.source is None:
             known = self._sessions.get(session_id)
             if known is not None:
                 return Resolution(known, "session", f"the project session {session_id} named")
