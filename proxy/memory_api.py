@@ -13,7 +13,7 @@ from typing import Any
 
 from memory.catalog import MemoryCatalog, MemorySettings, ProjectMemory
 from memory.search import Hit
-from memory.store import SECTIONS, Entry, MemoryStore, MemoryStoreError
+from memory.store import SECTIONS, Entry, MemoryStoreError
 from proxy.config import Settings
 from proxy.projects import AmbiguousProject, ProjectChoice, ProjectResolver
 
@@ -111,10 +111,6 @@ def _section(raw: Any) -> str:
     raise MemoryCallError(f"unknown section {raw!r}; use one of {', '.join(SECTIONS)}")
 
 
-def _store_of(memory: ProjectMemory) -> MemoryStore:
-    return memory.store
-
-
 # ---------------------------------------------------------------- operations
 
 
@@ -125,7 +121,7 @@ def search(memory: ProjectMemory, choice: ProjectChoice, query: Any, limit: Any)
 
 def store(memory: ProjectMemory, choice: ProjectChoice, section: Any, text: Any) -> dict[str, Any]:
     try:
-        result = _store_of(memory).store(_section(section), _text(text, "text"))
+        result = memory.store.store(_section(section), _text(text, "text"))
     except MemoryStoreError as exc:
         raise MemoryCallError(str(exc)) from exc
     return {
@@ -158,7 +154,7 @@ def forget(
             "listed"
         )
     try:
-        result = _store_of(memory).forget(target, confirm=confirm)
+        result = memory.store.forget(target, confirm=confirm)
     except MemoryStoreError as exc:
         raise MemoryCallError(str(exc)) from exc
     return {
@@ -173,26 +169,26 @@ def list_entries(memory: ProjectMemory, choice: ProjectChoice, section: Any) -> 
     chosen = _section(section) if section not in (None, "") else None
     return {
         **_where(memory, choice),
-        "entries": [_entry(e) for e in _store_of(memory).list(chosen)],
+        "entries": [_entry(e) for e in memory.store.list(chosen)],
     }
 
 
 def stats(memory: ProjectMemory, choice: ProjectChoice) -> dict[str, Any]:
-    return {**_where(memory, choice), **_store_of(memory).stats()}
+    return {**_where(memory, choice), **memory.store.stats()}
 
 
 def export(memory: ProjectMemory, fmt: Any) -> tuple[str, str]:
     """The export text and its content type."""
     if fmt in (None, "", "json"):
-        return _store_of(memory).export_json(), "application/json"
+        return memory.store.export_json(), "application/json"
     if fmt in ("markdown", "md"):
-        return _store_of(memory).export_markdown(), "text/markdown"
+        return memory.store.export_markdown(), "text/markdown"
     raise MemoryCallError(f"format must be json or markdown, got {fmt!r}")
 
 
 def import_(memory: ProjectMemory, choice: ProjectChoice, data: str, force: bool) -> dict[str, Any]:
     try:
-        result = _store_of(memory).import_(data, force=force)
+        result = memory.store.import_(data, force=force)
     except (MemoryStoreError, ValueError) as exc:
         raise MemoryCallError(f"cannot import: {exc}") from exc
     return {
@@ -221,7 +217,7 @@ def cleanup(
         raise MemoryCallError("dry_run must be true or false")
     chosen = _section(section) if section not in (None, "") else None
     try:
-        result = _store_of(memory).cleanup(older_than_days, chosen, ids, dry_run=dry_run)
+        result = memory.store.cleanup(older_than_days, chosen, ids, dry_run=dry_run)
     except MemoryStoreError as exc:
         raise MemoryCallError(str(exc)) from exc
     return {
