@@ -113,10 +113,13 @@ class Conversation:
         is left out even when the client put text beside the results.
         """
         by_message: dict[int, list[str]] = {}
-        for item in self.items:
-            if item.role is Role.USER and item.kind is Kind.TEXT:
+        carries_results: set[int] = set()
+        user, text, result = Role.USER, Kind.TEXT, Kind.TOOL_RESULT
+        for item in self.items:  # one pass: this runs on every request
+            if item.kind is result:
+                carries_results.add(item.message)
+            elif item.role is user and item.kind is text:
                 by_message.setdefault(item.message, []).append(item.text)
-        carries_results = {item.message for item in self.items if item.kind is Kind.TOOL_RESULT}
         return [
             (index, "\n".join(parts))
             for index, parts in sorted(by_message.items())

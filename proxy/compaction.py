@@ -149,7 +149,9 @@ class CompactionStage:
             return False
         if context.kind is not RequestKind.COMPACTION:
             return False
-        project = self.projects.for_request(header, conversation, context.session_id).path
+        project = self.projects.for_request(
+            header, conversation, context.session_id, agent=False
+        ).path
         memory = self.catalog.get(project)
         memory_dir = memory.memory_dir or memory.global_dir
         now = datetime.now(UTC)

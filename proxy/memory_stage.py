@@ -154,6 +154,9 @@ class MemoryStage:
             self._new_turn(
                 conversation, context, memory, memo, users, anchors[-1], report, resume[:2]
             )
+        for k in fresh:  # older messages seen for the first time: nothing to add, look once
+            if anchors[k] not in memo.by_anchor:
+                self.memo.add(context.session_id, anchors[k], Injected("", memo.turns))
         for (index, _), anchor in zip(users, anchors, strict=True):
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""

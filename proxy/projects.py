@@ -48,13 +48,14 @@ class ProjectResolver:
         self._sessions: LRUCache[str, Path] = LRUCache(maxsize=4096)
 
     def for_request(
-        self, header: str | None, conversation: Conversation, session_id: str
+        self, header: str | None, conversation: Conversation, session_id: str, agent: bool = True
     ) -> Resolution:
         """The project of a chat request, memoised per session and header: a session's
-        working directory does not change, so its system prompt is read once.
+        working directory does not change, so an agent's system prompt is read once.
 
-        A request without a working directory of its own (a compaction request carries the
-        summarizer's prompt) gets the project its session last named.
+        A request without a working directory of its own (``agent`` false: a compaction
+        request carries the summarizer's prompt) gets the project its session last named, and
+        is not memoised, so the session's next agent request still reads its own prompt.
         """
         key = (session_id, header)
         found = self._cache.get(key)
@@ -62,7 +63,7 @@ class ProjectResolver:
             found = explain_project_dir(
                 self.configured, header, conversation.system_text, self.allowed_roots
             )
-            if found.source is not None:  # a request that named nothing may precede one that does
+            if agent:
                 self._cache[key] = found
         if found.path is not None:
             self._active[found.path] = time.monotonic()

@@ -1,0 +1,44 @@
+"""Which project a request belongs to: memoised per session, never poisoned by a compaction."""
+
+from __future__ import annotations
+
+from compressors.view import Dialect, parse_conversation
+from proxy.projects import ProjectResolver
+
+
+def chat(system: str):
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]}
+    return parse_conversation(Dialect.OPENAI_CHAT, body)
+
+
+def test_a_session_reads_its_working_directory_once(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    resolver = ProjectResolver(None, (tmp_path,))
+    assert resolver.for_request(None, chat(f"Working directory: {first}"), "s1").path == first
+    # Same session: the memoised answer, not a new reading of the prompt.
+    assert resolver.for_request(None, chat(f"Working directory: {second}"), "s1").path == first
+    assert resolver.for_request(None, chat(f"Working directory: {second}"), "s2").path == second
+    # A header is part of the key.
+    assert resolver.for_request(str(second), chat(""), "s1").path == second
+
+
+def test_a_compaction_seen_first_does_not_hide_the_agents_project(tmp_path):
+    project = tmp_path / "app"
+    project.mkdir()
+    resolver = ProjectResolver(None, (tmp_path,))
+    summarizer = chat("You are a context summarization agent.")
+    assert resolver.for_request(None, summarizer, "s", agent=False).path is None
+    agent = chat(f"Working directory: {project}")
+    assert resolver.for_request(None, agent, "s").path == project
+    assert resolver.for_request(None, summarizer, "s", agent=False).path == project
+
+
+def test_a_vanished_directory_is_looked_up_again(tmp_path):
+    project = tmp_path / "app"
+    project.mkdir()
+    resolver = ProjectResolver(None, (tmp_path,))
+    assert resolver.for_request(None, chat(f"Working directory: {project}"), "s").path == project
+    project.rmdir()
+    assert resolver.for_request(None, chat(f"Working directory: {project}"), "s").path is None
