@@ -24,11 +24,9 @@ from compressors.tokens import TokenCounter
 from compressors.view import Dialect, parse_conversation
 from proxy.compression import REPORT
 from proxy.config import Settings
+from proxy.costs import ANTHROPIC, OPENAI, common_prefix_length
 from proxy.pipeline import rewrite_request
 from proxy.stages import build_transforms, open_stores
-
-ANTHROPIC = (0.1, 1.25)  # price of a cached token, of an uncached one (relative)
-OPENAI = (0.5, 1.0)
 
 
 @dataclass
@@ -59,23 +57,6 @@ class TranscriptReport:
 
     def totals(self) -> dict[str, Any]:
         return summarize([self])
-
-
-def cost(tokens: int, cached: int, prices: tuple[float, float]) -> float:
-    """A request's prompt cost: ``cached`` tokens at the cached price, the rest at full."""
-    return prices[0] * cached + prices[1] * (tokens - cached)
-
-
-def _common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix, by halving (bytes compare in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 def _first_changed_message(previous: list[bytes], current: list[bytes]) -> int | None:
@@ -138,11 +119,11 @@ def replay_transcript(path: Path, settings: Settings, counter: TokenCounter) -> 
         break_at = None
         if previous is not None:
             cached_original = counter.count(
-                original_bytes[: _common_prefix(previous[0], original_bytes)].decode(
+                original_bytes[: common_prefix_length(previous[0], original_bytes)].decode(
                     "utf-8", "ignore"
                 )
             )
-            common = _common_prefix(previous[1], proxied_bytes)
+            common = common_prefix_length(previous[1], proxied_bytes)
             cached_proxied = counter.count(proxied_bytes[:common].decode("utf-8", "ignore"))
             break_at = _first_changed_message(previous[2], per_message)
         previous = (original_bytes, proxied_bytes, per_message)
@@ -190,12 +171,12 @@ def summarize(reports: Iterable[TranscriptReport]) -> dict[str, Any]:
     original = sum(r.tokens_original for r in requests)
     proxied = sum(r.tokens_proxied for r in requests)
     anthropic = [
-        sum(cost(r.tokens_original, r.cached_original, ANTHROPIC) for r in requests),
-        sum(cost(r.tokens_proxied, r.cached_proxied, ANTHROPIC) for r in requests),
+        sum(ANTHROPIC.cost(r.tokens_original, r.cached_original) for r in requests),
+        sum(ANTHROPIC.cost(r.tokens_proxied, r.cached_proxied) for r in requests),
     ]
     openai = [
-        sum(cost(r.tokens_original, r.cached_original, OPENAI) for r in requests),
-        sum(cost(r.tokens_proxied, r.cached_proxied, OPENAI) for r in requests),
+        sum(OPENAI.cost(r.tokens_original, r.cached_original) for r in requests),
+        sum(OPENAI.cost(r.tokens_proxied, r.cached_proxied) for r in requests),
     ]
     final_original = sum(r.tokens_original for r in finals)
     final_proxied = sum(r.tokens_proxied for r in finals)

@@ -26,14 +26,8 @@ from typing import Any
 
 from proxy import __version__
 from proxy.config import Settings
-from proxy.replay import (
-    ANTHROPIC,
-    OPENAI,
-    RequestMetrics,
-    TranscriptReport,
-    cost,
-    summarize,
-)
+from proxy.costs import ANTHROPIC, OPENAI
+from proxy.replay import RequestMetrics, TranscriptReport, summarize
 
 # Settings that change what a replay measures (the rest concern serving or memory).
 COMPRESSION_SETTINGS = (
@@ -465,10 +459,10 @@ def requests_table(report: TranscriptReport) -> str:
                     r.tokens_original - r.cached_original,
                     r.cached_proxied,
                     r.tokens_proxied - r.cached_proxied,
-                    cost(r.tokens_original, r.cached_original, ANTHROPIC),
-                    cost(r.tokens_proxied, r.cached_proxied, ANTHROPIC),
-                    cost(r.tokens_original, r.cached_original, OPENAI),
-                    cost(r.tokens_proxied, r.cached_proxied, OPENAI),
+                    ANTHROPIC.cost(r.tokens_original, r.cached_original),
+                    ANTHROPIC.cost(r.tokens_proxied, r.cached_proxied),
+                    OPENAI.cost(r.tokens_original, r.cached_original),
+                    OPENAI.cost(r.tokens_proxied, r.cached_proxied),
                 )
             )
             + f"<td>{_e(broken)}</td><td>{_e(r.event or '')}</td>"
