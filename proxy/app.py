@@ -17,11 +17,11 @@ from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
 from memory.project import PROJECT_HEADER
 from proxy import __version__
-from proxy.admin import admin_allowed, forbidden, json_response
+from proxy.admin import admin_allowed, error_response, forbidden, json_response
 from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
 from proxy.config import Settings, Upstream
-from proxy.dashboard import page_response, stats_with_session_detail, wants_page
+from proxy.dashboard import page_response, wants_page
 from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
@@ -86,9 +86,22 @@ async def health_handler(request: web.Request) -> web.Response:
 
 
 async def stats_handler(request: web.Request) -> web.Response:
+    """Totals and every session; ``?session=ID``: that session with its recent requests."""
     state = request.app[STATE]
     if not admin_allowed(request, state.settings):
         return forbidden()
+    session_id = request.query.get("session")
+    if session_id is not None:
+        session = state.sessions.get(session_id)
+        if session is None:
+            return error_response(
+                404,
+                f"no session {session_id!r} in the statistics (unknown, or evicted: the proxy "
+                f"keeps the {state.sessions.capacity} most recently seen)",
+                "not_found",
+                "unknown_session",
+            )
+        return json_response({"version": __version__, "session": session.detail()})
     snapshot = state.sessions.snapshot()
     snapshot["totals"]["active_streams"] = int(
         sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
@@ -99,6 +112,7 @@ async def stats_handler(request: web.Request) -> web.Response:
     snapshot["totals"]["non_json_bodies"] = int(
         state.metrics.counter_total("deepmem_non_json_bodies_total")
     )
+    snapshot["totals"]["expands"] = int(state.metrics.counter_total("deepmem_expands_total"))
     return json_response({"version": __version__, "started_at": state.started_at, **snapshot})
 
 
@@ -491,10 +505,7 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     app[STATE] = state
     app.router.add_get("/", index_handler)
     app.router.add_get("/health", health_handler)
-    app.router.add_get("/stats", stats_with_session_detail(stats_handler, state.sessions, settings))
-    state.sessions.extra_totals["expands"] = lambda: int(
-        state.metrics.counter_total("deepmem_expands_total")
-    )
+    app.router.add_get("/stats", stats_handler)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/expand/{key}", expand_handler)
     app.router.add_route("*", "/mcp", mcp_handler)

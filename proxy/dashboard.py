@@ -17,11 +17,6 @@ from importlib import resources
 
 from aiohttp import web
 
-from proxy import __version__
-from proxy.admin import admin_allowed, error_response, forbidden, json_response
-from proxy.config import Settings
-from proxy.sessions import SessionRegistry
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 PAGE = "dashboard.html"
@@ -93,29 +88,3 @@ def page_response() -> web.Response:
             "Vary": "Accept",
         },
     )
-
-
-def stats_with_session_detail(
-    stats: Handler, sessions: SessionRegistry, settings: Settings
-) -> Handler:
-    """``/stats`` as before; ``/stats?session=ID`` answers that session and its recent
-    requests (admin only, 404 when the proxy does not know the session)."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        session_id = request.query.get("session")
-        if session_id is None:
-            return await stats(request)
-        if not admin_allowed(request, settings):
-            return forbidden()
-        session = sessions.get(session_id)
-        if session is None:
-            return error_response(
-                404,
-                f"no session {session_id!r} in the statistics (unknown, or evicted: the proxy "
-                f"keeps the {sessions.capacity} most recently seen)",
-                "not_found",
-                "unknown_session",
-            )
-        return json_response({"version": __version__, "session": session.detail()})
-
-    return handler

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -174,8 +173,6 @@ class SessionRegistry:
         self.totals = Tally()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self.prefixes = PrefixTracker()
-        # Totals counted elsewhere (e.g. expands, by the metrics), added to the snapshot.
-        self.extra_totals: dict[str, Callable[[], int]] = {}
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
         now = time.time()
@@ -221,8 +218,7 @@ class SessionRegistry:
 
     def snapshot(self) -> dict[str, Any]:
         sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
-        extra = {name: count() for name, count in self.extra_totals.items()}
         return {
-            "totals": {"sessions": len(self._sessions), **self.totals.as_dict(), **extra},
+            "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
             "sessions": [session.as_dict() for session in sessions],
         }
