@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
+from compressors.markers import marker_keys
 from memory.archive import CHECKPOINT_FILE, LOG_FILE, RAW_FILE
 from memory.checkpoint import Checkpoint
 from memory.injection import TAG
@@ -279,6 +280,12 @@ async def test_corpus_session_compacted_in_the_middle_resumes(
     assert raw["messages"] == seen  # every original, none of the compressed forms
     sent_compaction = orjson.loads(upstream.requests[-1].body)["messages"][1]["content"]
     assert len(sent_compaction) < len(compaction["messages"][1]["content"])  # results compressed
+    keys = marker_keys(sent_compaction)
+    assert keys
+    for key in keys:  # every shortened result of the transcript is still there in full
+        async with client.get(f"{proxy.url}/expand/ccr:{key}") as response:
+            assert response.status == 200
+            assert (await response.text()) in compaction["messages"][1]["content"]
 
     restarted = [
         messages[0],
