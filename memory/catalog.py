@@ -89,12 +89,18 @@ class ProjectMemory:
         if not hits:
             return []
         best = hits[0].score
-        return [
-            Line(entry.text, _source(hit), entry.date.isoformat() if entry.date else None)
-            for hit in hits
-            if hit.score >= best * 0.25
-            for entry in hit.entries
-        ]
+        lines: list[Line] = []
+        seen: set[str] = set()  # checkpoint.md repeats the newest archived checkpoint
+        for hit in hits:
+            if hit.score < best * 0.25:
+                continue
+            for entry in hit.entries:
+                key = normalize(entry.text)
+                if key not in seen:
+                    seen.add(key)
+                    date_text = entry.date.isoformat() if entry.date else None
+                    lines.append(Line(entry.text, _source(hit), date_text))
+        return lines
 
     def stable_lines(self) -> list[Line]:
         """Constraints, then decisions newest first, from the global and project MEMORY.md."""
