@@ -17,7 +17,7 @@ from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
 from memory.project import PROJECT_HEADER
 from proxy import __version__
-from proxy.admin import admin_allowed, error_response, forbidden, json_response
+from proxy.admin import error_response, json_response
 from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
 from proxy.config import Settings, Upstream
@@ -25,7 +25,7 @@ from proxy.dashboard import page_response, wants_page
 from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
-from proxy.logs import body_for_log, redact_headers
+from proxy.logs import body_for_log, redact_headers, redact_text
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
@@ -33,6 +33,7 @@ from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
+from proxy.security import Access, guard
 from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
 from proxy.stages import Stores, build_transforms, open_stores
 
@@ -77,7 +78,7 @@ async def health_handler(request: web.Request) -> web.Response:
             "status": "degraded" if problems else "ok",
             "version": __version__,
             "uptime_seconds": round(time.time() - state.started_at, 3),
-            "upstreams": {u.prefix: u.url for u in state.settings.upstreams},
+            "upstreams": {u.prefix: u.public_url for u in state.settings.upstreams},
             "token_counts": "exact" if exact_counts_available() else "estimated",
             "problems": problems,
         },
@@ -88,8 +89,6 @@ async def health_handler(request: web.Request) -> web.Response:
 async def stats_handler(request: web.Request) -> web.Response:
     """Totals and every session; ``?session=ID``: that session with its recent requests."""
     state = request.app[STATE]
-    if not admin_allowed(request, state.settings):
-        return forbidden()
     session_id = request.query.get("session")
     if session_id is not None:
         session = state.sessions.get(session_id)
@@ -118,8 +117,6 @@ async def stats_handler(request: web.Request) -> web.Response:
 
 async def metrics_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not admin_allowed(request, state.settings):
-        return forbidden()
     return web.Response(
         text=state.metrics.render(),
         content_type="text/plain",
@@ -130,8 +127,6 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 async def expand_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not admin_allowed(request, state.settings):
-        return forbidden()
     try:
         start = int(request.query["start_line"]) if "start_line" in request.query else None
         end = int(request.query["end_line"]) if "end_line" in request.query else None
@@ -163,8 +158,6 @@ async def expand_handler(request: web.Request) -> web.Response:
 
 async def mcp_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if not admin_allowed(request, state.settings):
-        return forbidden()
     if request.method != "POST":
         return web.Response(status=405, headers={"Allow": "POST"})
 
@@ -189,7 +182,7 @@ async def index_handler(request: web.Request) -> web.Response:
         {
             "name": "deepmem",
             "version": __version__,
-            "upstreams": {f"/{u.prefix}/": u.url for u in state.settings.upstreams},
+            "upstreams": {f"/{u.prefix}/": u.public_url for u in state.settings.upstreams},
             "endpoints": [
                 "/health",
                 "/stats",
@@ -206,12 +199,14 @@ async def index_handler(request: web.Request) -> web.Response:
     return response
 
 
-def _upstream_url(upstream: Upstream, request: web.Request) -> URL:
-    raw_path = request.raw_path.split("?", 1)[0]
-    tail = raw_path[len(upstream.prefix) + 1 :]  # keep the leading "/" of the rest
-    target = upstream.url + tail
-    if request.query_string:
-        target += "?" + request.raw_path.split("?", 1)[1]
+def _upstream_url(request: web.Request, upstream: Upstream) -> URL:
+    """The upstream's base URL plus the request's path after its first segment (as sent,
+    still percent-encoded) and its query. Only the path: an absolute-form request target
+    (``GET http://user@host:port/...``) names no host, port or userinfo of the upstream."""
+    _, _, rest = request.rel_url.raw_path.lstrip("/").partition("/")
+    target = f"{upstream.url}/{rest}"
+    if request.rel_url.raw_query_string:
+        target += "?" + request.rel_url.raw_query_string
     return URL(target, encoded=True)
 
 
@@ -320,7 +315,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     overhead = time.perf_counter() - started
     metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)
     extra_headers = _server_timing(overhead)
-    url = _upstream_url(upstream, request)
+    url = _upstream_url(request, upstream)
     status = 0
     relay: RelayResult | None = None
     streaming = False
@@ -373,13 +368,13 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             tally.errors += 1
         if record is not None:
             record.status = code
-        detail = str(exc) or type(exc).__name__
+        detail = redact_text(str(exc) or type(exc).__name__)
         log.warning("upstream %s %s: %s", upstream.name, reason, detail)
         _log_access(request, upstream, route, code, started, session_id, kind, outcome)
         response = _error(
             style,
             code,
-            f"deepmem: upstream '{upstream.name}' ({upstream.url}) {reason}: {detail}",
+            f"deepmem: upstream '{upstream.name}' ({upstream.public_url}) {reason}: {detail}",
             "upstream_timeout" if timed_out else "upstream_unreachable",
             "upstream_timeout" if timed_out else "upstream_unreachable",
         )
@@ -503,8 +498,8 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
         transforms = build_transforms(settings, stores, memory, health)
     state = ProxyState(settings, stores, memory, transforms, health=health)
     app[STATE] = state
-    app.router.add_get("/", index_handler)
-    app.router.add_get("/health", health_handler)
+    index = app.router.add_get("/", index_handler)
+    health_route = app.router.add_get("/health", health_handler)
     app.router.add_get("/stats", stats_handler)
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/expand/{key}", expand_handler)
@@ -513,13 +508,15 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     def count_memory_call(operation: str, status: int) -> None:
         state.metrics.inc("deepmem_memory_calls_total", operation=operation, status=str(status))
 
-    app.router.add_route(
-        "*", "/memory/{operation}", memory_handler(memory, settings, count_memory_call)
-    )
+    app.router.add_route("*", "/memory/{operation}", memory_handler(memory, count_memory_call))
     sessions = session_handler(memory, settings)
     app.router.add_get("/sessions/{sid}/checkpoint", sessions)
     app.router.add_get("/sessions/{sid}/messages/{n}", sessions)
-    app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
+    proxied = app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
+    kinds = {index: Access.PAGE, health_route: Access.PUBLIC, proxied: Access.PROXIED}
+    app.middlewares.append(
+        guard(settings, {route.resource: kind for route, kind in kinds.items() if route.resource})
+    )
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)
     return app

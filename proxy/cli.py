@@ -43,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the proxy",
         description="Run the proxy. Settings: flags > " + ENV_PREFIX + "* environment > "
-        "config file > defaults.",
+        "config file > defaults. The dashboard and admin endpoints answer same-origin requests "
+        "whose Host is loopback or in --allowed-hosts, from loopback or with --admin-token; "
+        "request bodies to them must be JSON.",
     )
     add_arguments(serve)
     replay = commands.add_parser(
@@ -87,7 +89,7 @@ async def _serve(settings: Settings) -> None:
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
-        routes = ", ".join(f"/{u.prefix}/ -> {u.url}" for u in settings.upstreams)
+        routes = ", ".join(f"/{u.prefix}/ -> {u.public_url}" for u in settings.upstreams)
         log.info(
             "deepmem %s listening on http://%s:%d (%s)",
             __version__,

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from proxy.logs import redact_text
+
 ENV_PREFIX = "DEEP_MEMORY_"
 DEFAULT_UPSTREAM_NAME = "default"
 DEFAULT_PREFIX = "v1"
@@ -123,6 +125,16 @@ def _parse_list(raw: object) -> list[str]:
     return [part for part in re.split(r"[\s,]+", str(raw)) if part]
 
 
+def _parse_host_list(raw: object) -> list[str]:
+    hosts = [host.lower().rstrip(".") for host in _parse_list(raw)]
+    for host in hosts:
+        if host != "*" and not re.fullmatch(
+            r"(?:\[[0-9a-f:.]+\]|[a-z0-9_.\-]+)(?::\d{1,5})?", host
+        ):
+            raise ValueError(f"expected host names (NAME or NAME:PORT), got {host!r}")
+    return hosts
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One setting: its name is the TOML key; flag and environment names derive from it."""
@@ -205,10 +217,20 @@ OPTIONS: tuple[Option, ...] = (
         "admin_token",
         _parse_optional_str,
         None,
-        "Token that admin endpoints (/stats, /metrics, /expand, /mcp, /memory) accept as "
-        "'Authorization: Bearer TOKEN' from any address. Without it they answer loopback "
-        "clients only.",
+        "Token that admin endpoints (the dashboard's data, /stats, /metrics, /expand, /mcp, "
+        "/memory, /sessions) accept as 'Authorization: Bearer TOKEN' from any address. "
+        "Without it they answer loopback clients only.",
         "TOKEN",
+    ),
+    Option(
+        "allowed_hosts",
+        _parse_host_list,
+        [],
+        "Host names (NAME or NAME:PORT) under which the dashboard and admin endpoints answer, "
+        "besides loopback (localhost, 127.0.0.1, [::1]); a request naming any other Host gets "
+        "403, which defeats DNS rebinding. Add the name clients use to reach the proxy, e.g. "
+        "'deepmem' for another container. '*' accepts any Host.",
+        "NAME,...",
     ),
     Option(
         "compress",
@@ -438,6 +460,11 @@ class Upstream:
     url: str  # base URL without a trailing slash
 
     @property
+    def public_url(self) -> str:
+        """The URL as pages and logs show it: no userinfo, no key-like query parameters."""
+        return redact_text(self.url)
+
+    @property
     def prefix(self) -> str:
         """The first path segment that routes to this upstream."""
         return DEFAULT_PREFIX if self.name == DEFAULT_UPSTREAM_NAME else self.name
@@ -457,6 +484,7 @@ class Settings:
     read_timeout: float = 600.0
     upstream_pool_size: int = 100
     admin_token: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
     max_sessions: int = 1000
     compress: bool = True
     tail_tokens: int = 0
@@ -556,9 +584,14 @@ def _describe_default(option: Option) -> str:
         return "the embedded upstreams"
     if option.name == "allowed_roots":
         return "the user's home directory"
+    if option.name == "allowed_hosts":
+        return "loopback names only"
     if option.default is None:
         return "unset"
     return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
+
+
+_PROSE_DEFAULTS = ("upstream", "allowed_roots", "allowed_hosts")
 
 
 def options_markdown() -> str:
@@ -568,7 +601,7 @@ def options_markdown() -> str:
         flag = option.flag + (f" {option.metavar}" if option.metavar else "")
         text = option.help.replace("|", "\\|")
         default = _describe_default(option)
-        if option.default is not None and option.name not in ("upstream", "allowed_roots"):
+        if option.default is not None and option.name not in _PROSE_DEFAULTS:
             default = f"`{default}`"
         rows.append(f"| `{option.name}` | `{flag}`<br>`{option.env}` | {default} | {text} |")
     return "\n".join(rows) + "\n"
@@ -623,7 +656,7 @@ def load_settings(
 
     upstream_specs = resolved.pop("upstream")
     data_dir = resolved.pop("data_dir") or _default_data_dir()
-    for name in ("pressure_thresholds", "protected_tools"):
+    for name in ("pressure_thresholds", "protected_tools", "allowed_hosts"):
         resolved[name] = tuple(resolved[name])
     roots = resolved.pop("allowed_roots") or [str(Path.home())]
     resolved["allowed_roots"] = tuple(Path(root).expanduser() for root in roots)

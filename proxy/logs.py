@@ -1,4 +1,8 @@
-"""Logging setup and credential redaction. Logs never carry keys; bodies only when asked."""
+"""Logging setup and credential redaction. Logs never carry keys; bodies only when asked.
+
+Both formatters pass every line through ``redact_text``, so a credential that reaches a log
+message by any route (an exception text, a URL) is still replaced.
+"""
 
 from __future__ import annotations
 
@@ -9,36 +13,57 @@ import sys
 import time
 from collections.abc import Iterable
 
-SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "cookie",
-        "set-cookie",
-        "openai-organization",
-        "openai-project",
-    }
+# Headers that carry credentials without saying so in their name.
+SECRET_HEADERS = frozenset({"openai-organization", "openai-project"})
+# Any header whose name mentions a key, token, secret, password, signature, cookie or auth
+# (x-goog-api-key, x-portkey-api-key, cf-aig-authorization, x-amz-security-token, ...).
+_SECRET_HEADER_NAME = re.compile(
+    r"key|token|secret|passw|signature|cookie|credential|auth", re.IGNORECASE
 )
 REDACTED = "<redacted>"
-# Key-shaped strings and JSON fields that name a credential.
+# Names of JSON fields and URL query parameters whose value is a credential.
+_SECRET_NAME = (
+    r"(?:[\w-]*(?:api[_-]?key|apikey|secret|passw(?:or)?d|access[_-]?token|refresh[_-]?token"
+    r"|auth[_-]?token|id[_-]?token|authorization|signature)[\w-]*|key|token|sig|auth|password)"
+)
 _SECRET_TEXT = re.compile(
-    r"(?P<token>\b(?:sk|pk|rk|sess|ak)-[A-Za-z0-9_\-]{8,}|\bBearer\s+[A-Za-z0-9._\-~+/=]{8,})"
-    r"|(?P<field>\"(?:api_?key|apiKey|authorization|x-api-key|access_token|secret)\"\s*:\s*)\"[^\"]*\"",
+    # Well-known token shapes.
+    r"(?P<token>\b(?:sk|pk|rk|sess|ak)-[A-Za-z0-9_\-]{8,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}|\bglpat-[A-Za-z0-9_\-]{16,}"
+    r"|\bhf_[A-Za-z0-9]{20,}|\bAIza[0-9A-Za-z_\-]{30,}|\bxox[abposr]-[A-Za-z0-9\-]{8,}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"
+    r"|\b(?:Bearer|Basic)\s+[A-Za-z0-9._\-~+/=]{8,})"
+    # The user:password@ of a URL.
+    r"|(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^/?#@\s\"'<>]+@"
+    # The value of a key-like query parameter.
+    rf"|(?P<param>[?&]{_SECRET_NAME}=)[^&#\s\"'<>]*"
+    # The value of a JSON field that names a credential.
+    rf"|(?P<field>\"{_SECRET_NAME}\"\s*:\s*)\"[^\"]*\"",
     re.IGNORECASE,
 )
 BODY_LOG_LIMIT = 4096
 
 
+def is_secret_header(name: str) -> bool:
+    return name.lower() in SECRET_HEADERS or _SECRET_HEADER_NAME.search(name) is not None
+
+
 def redact_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
-    return {name: REDACTED if name.lower() in SECRET_HEADERS else value for name, value in headers}
+    return {name: REDACTED if is_secret_header(name) else value for name, value in headers}
 
 
 def redact_text(text: str) -> str:
+    """``text`` without credentials: token shapes, URL userinfo, key-like query parameters
+    and JSON fields that name a credential. Every log line and every URL deepmem shows
+    passes through it."""
+
     def replace(match: re.Match[str]) -> str:
-        if match.group("field"):
-            return match.group("field") + f'"{REDACTED}"'
+        for group in ("scheme", "param", "field"):
+            if match.group(group):
+                quote = '"' if group == "field" else ""
+                suffix = "@" if group == "scheme" else ""
+                return match.group(group) + quote + REDACTED + quote + suffix
         return REDACTED
 
     return _SECRET_TEXT.sub(replace, text)
@@ -64,7 +89,7 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        return redact_text(json.dumps(entry, ensure_ascii=False, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -76,7 +101,7 @@ class TextFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict) and fields:
             line += " " + " ".join(f"{key}={value}" for key, value in fields.items())
-        return line
+        return redact_text(line)
 
 
 def configure_logging(level: str, fmt: str) -> None:

@@ -30,7 +30,7 @@ from memory.catalog import ProjectMemory
 from memory.files import LockTimeout
 from memory.project import PROJECT_HEADER
 from proxy import memory_api
-from proxy.admin import admin_allowed, error_response, forbidden, json_response
+from proxy.admin import error_response, json_response
 from proxy.config import Settings
 from proxy.memory_api import MemoryCallError, MemoryService
 from proxy.projects import AmbiguousProject, ProjectChoice
@@ -108,13 +108,12 @@ POST_OPERATIONS: dict[str, Operation] = {
 
 
 def memory_handler(
-    service: MemoryService, settings: Settings, on_call: Callable[[str, int], None]
+    service: MemoryService, on_call: Callable[[str, int], None]
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The handler of ``/memory/{operation}``; ``on_call(operation, status)`` counts calls."""
+    """The handler of ``/memory/{operation}``; ``on_call(operation, status)`` counts calls.
+    Who may call it is decided before it runs (``proxy.security``)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        if not admin_allowed(request, settings):
-            return forbidden()
         name = request.match_info["operation"]
         response = await _dispatch(request, name, service)
         on_call(name, response.status)
@@ -175,8 +174,6 @@ def session_handler(
     """
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        if not admin_allowed(request, settings):
-            return forbidden()
         session_id = request.match_info["sid"]
         named = request.query.get("project") or _endpoint(request)
         try:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from unittest import mock
 
 import orjson
-from aiohttp.test_utils import make_mocked_request
 
-from proxy.config import load_settings
-from proxy.memory_api import memory_service
-from proxy.memory_http import memory_handler
 from tests.test_memory_injection import TOOLS, make_project, system_prompt
+
+JSON_TYPE = {"Content-Type": "application/json"}
 
 
 async def call_tool(client, proxy, name, arguments, query=""):
@@ -173,10 +170,16 @@ async def test_http_memory_endpoints(start_proxy, upstream, client, tmp_path):
         "POST",
         "import",
         data=orjson.dumps(exported),
-        headers={"X-Deep-Memory-Project": str(other)},
+        headers={"X-Deep-Memory-Project": str(other), "Content-Type": "application/json"},
     )
     assert imported["added"] == 1 and imported["duplicates"] == 0
-    again = await call("POST", "import", params={"project": str(other)}, data=markdown)
+    again = await call(
+        "POST",
+        "import",
+        params={"project": str(other)},
+        data=markdown,
+        headers={"Content-Type": "text/markdown; charset=utf-8"},
+    )
     assert again["added"] == 0 and again["duplicates"] == 1
 
     preview = await call("POST", "cleanup", json={"section": "Facts"})
@@ -191,27 +194,8 @@ async def test_http_memory_endpoints(start_proxy, upstream, client, tmp_path):
         "unknown section"
         in (await call("GET", "list", 400, params={"section": "x"}))["error"]["message"]
     )
-    await call("POST", "store", 400, data=b"{not json")
+    await call("POST", "store", 400, data=b"{not json", headers={**headers, **JSON_TYPE})
     await call("GET", "store", 405)
     await call("GET", "nope", 404)
     refused = await call("GET", "stats", 400, params={"project": str(tmp_path)})
     assert "not under an allowed root" in refused["error"]["message"]
-
-
-def test_memory_endpoints_are_admin_only(tmp_path):
-    settings = load_settings({"data_dir": str(tmp_path)}, environ={})
-    handler = memory_handler(memory_service(settings), settings, lambda op, status: None)
-    transport = mock.Mock()
-    transport.get_extra_info.side_effect = lambda name, default=None: (
-        ("172.17.0.1", 40000) if name == "peername" else default
-    )
-    request = make_mocked_request(
-        "GET", "/memory/stats", match_info={"operation": "stats"}, transport=transport
-    )
-
-    async def run():
-        return await handler(request)
-
-    import asyncio
-
-    assert asyncio.run(run()).status == 403
