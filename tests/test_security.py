@@ -9,14 +9,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import string
 import subprocess
 import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from aiohttp.test_utils import make_mocked_request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from yarl import URL
 
-from proxy.config import load_settings
+from proxy.app import _upstream_url
+from proxy.config import Upstream, load_settings
 from proxy.logs import JsonFormatter, TextFormatter, redact_headers, redact_text
 from proxy.security import host_allowed
 from tests.test_memory_injection import make_project
@@ -219,19 +225,19 @@ async def test_non_ascii_tokens_get_401_not_500(start_proxy, upstream, monkeypat
     proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], admin_token=token)
     monkeypatch.setattr("proxy.admin.is_loopback", lambda remote: False)  # as if remote
     port = port_of(proxy.url)
-    for given, status in (
+    for presented, status in (
         (b"wrong-token", 401),
         ("tök".encode(), 401),
         ("\xff\xfe".encode("latin-1"), 401),
         (token.encode(), 200),
         (None, 401),
     ):
-        auth = b"Authorization: Bearer " + given + b"\r\n" if given is not None else b""
+        auth = b"Authorization: Bearer " + presented + b"\r\n" if presented is not None else b""
         request = (
             b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth + b"Connection: close\r\n\r\n"
         )
         got, body = await raw_exchange(port, request)
-        assert got == status, (given, body)
+        assert got == status, (presented, body)
         if status == 401:
             assert orjson.loads(body)["error"]["code"] == "admin_token_required"
 
@@ -493,3 +499,45 @@ def test_config_refuses_malformed_hosts():
 
     with pytest.raises(ConfigError, match="allowed-hosts"):
         load_settings({"allowed_hosts": "http://x/"}, environ={})
+
+
+def test_allowed_hosts_from_the_environment():
+    settings = load_settings({}, environ={"DEEP_MEMORY_ALLOWED_HOSTS": "Deepmem, box:9000"})
+    assert settings.allowed_hosts == ("deepmem", "box:9000")
+    assert load_settings({}, environ={}).allowed_hosts == ()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    target=st.one_of(
+        st.text(
+            alphabet=string.ascii_letters + string.digits + "-._~%:@/?&=+!$'()*,;[]", max_size=40
+        ),
+        st.builds(
+            lambda userinfo, host, rest: f"http://{userinfo}@{host}/upstreamx/{rest}",
+            st.text(alphabet=string.ascii_letters + ":", min_size=1, max_size=8),
+            st.sampled_from(["127.0.0.1:9102", "evil.example", "[::1]:1"]),
+            st.text(alphabet=string.ascii_letters + "/@:.%", max_size=20),
+        ),
+    ),
+    base=st.sampled_from(["http://127.0.0.1:9101", "https://api.example.com/v1", "http://u:p@h:1"]),
+)
+def test_upstream_url_never_leaves_the_configured_base(target, base):
+    """Whatever the request line says, the target is the configured scheme, userinfo, host
+    and port, and its path starts with the configured base path."""
+    path = "/upstreamx/" + target if not target.startswith("http://") else target
+    try:
+        request = make_mocked_request("GET", path)
+    except ValueError:
+        return  # not a request line aiohttp would accept either
+    upstream = Upstream("upstreamx", base)
+    url = _upstream_url(request, upstream)
+    configured = URL(base)
+    assert (url.scheme, url.raw_user, url.raw_password, url.host, url.port) == (
+        configured.scheme,
+        configured.raw_user,
+        configured.raw_password,
+        configured.host,
+        configured.port,
+    )
+    assert url.raw_path.startswith(configured.raw_path.rstrip("/") + "/")
