@@ -316,6 +316,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)
     extra_headers = _server_timing(overhead)
     url = _upstream_url(request, upstream)
+    if url.user is not None:
+        # The configured user:password goes as Basic auth, in place of the client's header
+        # (aiohttp refuses both: ValueError, a 500 on every request).
+        headers.popall("Authorization", None)
     status = 0
     relay: RelayResult | None = None
     streaming = False

@@ -296,6 +296,15 @@ async def test_absolute_form_target_goes_to_the_configured_upstream(
     assert seen.header("Authorization") == authorization
 
 
+async def test_upstream_userinfo_replaces_the_client_authorization(start_proxy, upstream, client):
+    host = upstream.url.removeprefix("http://")
+    proxy = await start_proxy(upstream=[f"x=http://user:pw@{host}/v1"])
+    for headers in ({"Authorization": "Bearer sk-client-0123456789"}, {}):
+        async with client.get(proxy.url + "/x/models", headers=headers) as response:
+            assert response.status == 200  # was a 500 (ValueError) with the client's header
+        assert upstream.requests[-1].headers_named("Authorization") == ["Basic dXNlcjpwdw=="]
+
+
 async def test_percent_encoded_prefix_keeps_the_upstream(start_proxy, upstream):
     proxy = await start_proxy(upstream=[f"upstreamx={upstream.url}"])
     request = b"GET /%75pstreamx/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
