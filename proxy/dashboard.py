@@ -2,7 +2,8 @@
 
 The page holds no data; it reads the admin-only ``/stats`` (totals and sessions) and
 ``/stats?session=ID`` (one session with its recent requests) from the browser, so it works
-from loopback as it is and from elsewhere with the admin token (the page asks for it).
+from loopback as it is and from elsewhere with the admin token (the page asks for it); either
+way under a loopback name or one in ``allowed_hosts`` (``proxy.security``).
 Scripts keep the JSON index: ``Accept: application/json`` or ``?format=json``.
 """
 
