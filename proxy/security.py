@@ -136,8 +136,8 @@ def _accepted_body_types(request: web.Request) -> tuple[str, ...]:
 def refusal(
     request: web.Request, access: Access, settings: Settings
 ) -> tuple[int, str, str] | None:
-    """(status, message, code) when the request must be refused, else None; the admin token
-    check comes last, so an unauthenticated caller learns nothing else."""
+    """(status, message, code) when the Host or the request's origin is refused, else None.
+    The admin token is checked after these and before the body's type."""
     if access is Access.PUBLIC or (access is Access.PROXIED and not _from_browser(request)):
         return None
     host = request.headers.get("Host")
