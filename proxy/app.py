@@ -518,6 +518,7 @@ async def _reopen_state(state: ProxyState) -> None:
                 )
             state.stores = stores
             state.health.clear(STATE_DB)
+            state.health.check_writable_dir("data_dir", state.settings.data_dir)
 
 
 async def _stop(app: web.Application) -> None:
