@@ -2,7 +2,8 @@
 
 An in-process TTL cache sits in front of SQLite. Originals live for ``retention_days`` after
 the last request that referenced them; each live marker refreshes its original at most once
-per cache period, so a long session never loses what it still points at.
+per cache period, so a long session never loses what it still points at. A key enters the
+cache only once its original is committed: a cached key is a durable one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 
 from compressors.markers import normalize_key, utf8
+from memory.db import state_errors, write_transaction
+from memory.state import StateUnavailable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ccr_original (
@@ -35,48 +38,65 @@ class OriginalStore:
         cache_seconds: float = 600.0,
     ) -> None:
         self.db = db
+        self.read_error: str | None = None  # why the last database read failed; None: it worked
         self.retention_seconds = retention_days * 86400.0
-        self._cache: TTLCache[str, bytes] = TTLCache(maxsize=cache_items, ttl=cache_seconds)
-        db.executescript(SCHEMA)
+        # A cached key must still be in the database: the cache never outlives the retention.
+        ttl = min(cache_seconds, self.retention_seconds / 2)
+        self._cache: TTLCache[str, bytes] = TTLCache(maxsize=cache_items, ttl=ttl)
+        with state_errors("cannot create the originals table"):
+            db.executescript(SCHEMA)
 
     def put_many(self, originals: Mapping[str, str]) -> int:
-        """Store or refresh originals; returns how many were written to the database."""
-        rows = []
+        """Store or refresh originals in one transaction; returns how many were written.
+
+        Raises ``StateUnavailable`` when the write fails: then none of them is kept, and no
+        marker that names one may go upstream.
+        """
         now = time.time()
-        for key, text in originals.items():
-            if key in self._cache:
-                continue
-            content = utf8(text)
-            self._cache[key] = content
-            rows.append((key, content, now, now))
-        if rows:
+        rows = [
+            (key, utf8(text), now, now) for key, text in originals.items() if key not in self._cache
+        ]
+        if not rows:
+            return 0
+        with state_errors("cannot write the state database"), write_transaction(self.db):
             self.db.executemany(
                 "INSERT INTO ccr_original (key, content, created, last_used) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET last_used = excluded.last_used",
                 rows,
             )
+        for key, content, _, _ in rows:
+            self._cache[key] = content
         return len(rows)
 
     def get(self, raw_key: str) -> bytes | None:
-        """The original's exact bytes, or None when the key is unknown or expired."""
+        """The original's exact bytes, or None when the key is unknown or expired; raises
+        ``StateUnavailable`` when the database cannot be read."""
         key = normalize_key(raw_key)
         if key is None:
             return None
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        row = self.db.execute(
-            "SELECT content FROM ccr_original WHERE key = ? AND last_used >= ?",
-            (key, time.time() - self.retention_seconds),
-        ).fetchone()
+        try:
+            with state_errors("cannot read the state database"):
+                row = self.db.execute(
+                    "SELECT content FROM ccr_original WHERE key = ? AND last_used >= ?",
+                    (key, time.time() - self.retention_seconds),
+                ).fetchone()
+        except StateUnavailable as exc:
+            self.read_error = str(exc)
+            raise
+        self.read_error = None
         return bytes(row[0]) if row else None
 
     def purge_expired(self) -> int:
-        cursor = self.db.execute(
-            "DELETE FROM ccr_original WHERE last_used < ?",
-            (time.time() - self.retention_seconds,),
-        )
+        with state_errors("cannot purge expired originals"):
+            cursor = self.db.execute(
+                "DELETE FROM ccr_original WHERE last_used < ?",
+                (time.time() - self.retention_seconds,),
+            )
         return cursor.rowcount
 
     def __len__(self) -> int:
-        return int(self.db.execute("SELECT count(*) FROM ccr_original").fetchone()[0])
+        with state_errors("cannot read the state database"):
+            return int(self.db.execute("SELECT count(*) FROM ccr_original").fetchone()[0])

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 
+from memory.db import state_errors, write_transaction
+
 SYSTEM_ANCHOR = "system"
 
 SCHEMA = """
@@ -57,16 +59,19 @@ class InjectionMemo:
     def __init__(self, db: sqlite3.Connection, live_sessions: int = 256) -> None:
         self.db = db
         self._live: LRUCache[str, SessionInjections] = LRUCache(maxsize=live_sessions)
-        db.executescript(SCHEMA)
+        with state_errors("cannot create the injection table"):
+            db.executescript(SCHEMA)
 
     def load(self, session_id: str) -> SessionInjections:
         memo = self._live.get(session_id)
         if memo is not None:
             return memo
         memo = SessionInjections()
-        for anchor, turn, nudges, text in self.db.execute(
-            "SELECT anchor, turn, nudges, text FROM injection WHERE session = ?", (session_id,)
-        ):
+        with state_errors("cannot read the state database"):
+            rows = self.db.execute(
+                "SELECT anchor, turn, nudges, text FROM injection WHERE session = ?", (session_id,)
+            ).fetchall()
+        for anchor, turn, nudges, text in rows:
             if anchor == SYSTEM_ANCHOR:
                 memo.stable = text
             else:
@@ -87,17 +92,18 @@ class InjectionMemo:
     def _insert(self, session_id: str, anchor: str, injected: Injected) -> None:
         # OR IGNORE: a second proxy process that decided first wins, and so does its text
         # on the next load; the row is never rewritten.
-        self.db.execute(
-            "INSERT OR IGNORE INTO injection VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                session_id,
-                anchor,
-                injected.turn,
-                ",".join(injected.nudges),
-                injected.text,
-                time.time(),
-            ),
-        )
+        with state_errors("cannot write the state database"):
+            self.db.execute(
+                "INSERT OR IGNORE INTO injection VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    anchor,
+                    injected.turn,
+                    ",".join(injected.nudges),
+                    injected.text,
+                    time.time(),
+                ),
+            )
 
     def forget_live(self, session_id: str) -> None:
         self._live.pop(session_id, None)
@@ -105,13 +111,16 @@ class InjectionMemo:
     def prune(self, max_age_days: float) -> int:
         """Forget the injections of sessions not seen for ``max_age_days``."""
         cutoff = time.time() - max_age_days * 86400
-        stale = [
-            row[0]
-            for row in self.db.execute(
-                "SELECT session FROM injection GROUP BY session HAVING MAX(created) < ?", (cutoff,)
-            )
-        ]
+        with state_errors("cannot prune old injections"), write_transaction(self.db):
+            stale = [
+                row[0]
+                for row in self.db.execute(
+                    "SELECT session FROM injection GROUP BY session HAVING MAX(created) < ?",
+                    (cutoff,),
+                )
+            ]
+            for session_id in stale:
+                self.db.execute("DELETE FROM injection WHERE session = ?", (session_id,))
         for session_id in stale:
-            self.db.execute("DELETE FROM injection WHERE session = ?", (session_id,))
             self._live.pop(session_id, None)
         return len(stale)

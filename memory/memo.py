@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from cachetools import LRUCache
 
 from compressors.pipeline import Decision, SessionMemo
+from memory.db import state_errors, write_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memo_session (
@@ -41,24 +42,27 @@ class MemoStore:
         self.max_sessions = max_sessions
         self._live: LRUCache[str, SessionMemo] = LRUCache(maxsize=live_sessions)
         self._saves = 0
-        db.executescript(SCHEMA)
+        with state_errors("cannot create the memo tables"):
+            db.executescript(SCHEMA)
 
     def load(self, session_id: str) -> SessionMemo:
         memo = self._live.get(session_id)
         if memo is not None:
             return memo
         memo = SessionMemo()
-        row = self.db.execute(
-            "SELECT level, thresholds_crossed, turn, events FROM memo_session WHERE session = ?",
-            (session_id,),
-        ).fetchone()
-        if row is not None:
-            memo.level, memo.thresholds_crossed, memo.turn, memo.events = row
-            for fp, level, text, final in self.db.execute(
-                "SELECT fp, level, text, final FROM memo_decision WHERE session = ?",
+        with state_errors("cannot read the state database"):
+            row = self.db.execute(
+                "SELECT level, thresholds_crossed, turn, events FROM memo_session "
+                "WHERE session = ?",
                 (session_id,),
-            ):
-                memo.decisions[fp] = Decision(level=level, text=text, final=bool(final))
+            ).fetchone()
+            if row is not None:
+                memo.level, memo.thresholds_crossed, memo.turn, memo.events = row
+                for fp, level, text, final in self.db.execute(
+                    "SELECT fp, level, text, final FROM memo_decision WHERE session = ?",
+                    (session_id,),
+                ):
+                    memo.decisions[fp] = Decision(level=level, text=text, final=bool(final))
         self._live[session_id] = memo
         return memo
 
@@ -67,8 +71,9 @@ class MemoStore:
         self._live.pop(session_id, None)
 
     def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
-        self.db.execute("BEGIN")
-        try:
+        """Persist the session's state and its changed decisions in one transaction; raises
+        ``StateUnavailable`` (nothing saved) when the write fails."""
+        with state_errors("cannot write the state database"), write_transaction(self.db):
             self.db.execute(
                 "INSERT INTO memo_session VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO "
                 "UPDATE SET level = excluded.level, thresholds_crossed = "
@@ -88,25 +93,23 @@ class MemoStore:
                     "INSERT OR REPLACE INTO memo_decision VALUES (?, ?, ?, ?, ?)",
                     [(session_id, fp, d.level, d.text, int(d.final)) for fp, d in changed.items()],
                 )
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         self._saves += 1
         if self._saves % 100 == 0:
             self.prune()
 
     def prune(self) -> int:
         """Forget the least recently updated sessions beyond ``max_sessions``."""
-        stale = [
-            row[0]
-            for row in self.db.execute(
-                "SELECT session FROM memo_session ORDER BY updated DESC LIMIT -1 OFFSET ?",
-                (self.max_sessions,),
-            )
-        ]
+        with state_errors("cannot prune old session memos"), write_transaction(self.db):
+            stale = [
+                row[0]
+                for row in self.db.execute(
+                    "SELECT session FROM memo_session ORDER BY updated DESC LIMIT -1 OFFSET ?",
+                    (self.max_sessions,),
+                )
+            ]
+            for session_id in stale:
+                self.db.execute("DELETE FROM memo_decision WHERE session = ?", (session_id,))
+                self.db.execute("DELETE FROM memo_session WHERE session = ?", (session_id,))
         for session_id in stale:
-            self.db.execute("DELETE FROM memo_decision WHERE session = ?", (session_id,))
-            self.db.execute("DELETE FROM memo_session WHERE session = ?", (session_id,))
             self._live.pop(session_id, None)
         return len(stale)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from yarl import URL
 from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
 from memory.project import PROJECT_HEADER
+from memory.state import StateUnavailable
 from proxy import __version__
 from proxy.admin import error_response, json_response
 from proxy.compaction import REPORT as COMPACTION_REPORT
@@ -35,7 +35,7 @@ from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.security import Access, guard
 from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
-from proxy.stages import Stores, build_transforms, open_stores
+from proxy.stages import STATE_DB, Stores, build_transforms, open_durable_stores
 
 log = logging.getLogger("deepmem.proxy")
 access_log = logging.getLogger("deepmem.access")
@@ -53,6 +53,8 @@ class ProxyState:
     sessions: SessionRegistry = field(init=False)
     started_at: float = field(default_factory=time.time)
     housekeeping: asyncio.Task[None] | None = None
+    reopening: asyncio.Task[None] | None = None  # retries the state database while it is out
+    own_transforms: bool = True  # built from the settings (not given by a test)
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
@@ -60,6 +62,7 @@ class ProxyState:
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("deepmem_state", ProxyState)
+STATE_READS = "state_db_reads"  # the /health component: expanding cannot read the originals
 
 
 def _error(style: Dialect, status: int, message: str, error_type: str, code: str) -> web.Response:
@@ -141,7 +144,12 @@ async def expand_handler(request: web.Request) -> web.Response:
             },
             status=400,
         )
-    result = expand(state.stores.originals, request.match_info["key"], start, end)
+    try:
+        result = expand(state.stores.originals, request.match_info["key"], start, end)
+    except StateUnavailable as exc:
+        return error_response(503, str(exc), "state_unavailable", "state_unavailable")
+    finally:
+        _note_reads(state)
     if result.content is None:
         return json_response(
             {"error": {"message": result.error, "type": "not_found", "code": "unknown_key"}},
@@ -169,8 +177,19 @@ async def mcp_handler(request: web.Request) -> web.Response:
     endpoint_project = request.query.get("project") or request.headers.get(PROJECT_HEADER)
     context = ToolContext(state.stores.originals, state.memory, endpoint_project or None)
     response = await mcp_post(request, context, counted)
+    _note_reads(state)
     state.metrics.inc("deepmem_mcp_requests_total", status=str(response.status))
     return response
+
+
+def _note_reads(state: ProxyState) -> None:
+    """/health shows a database the originals cannot be read from, until a read succeeds
+    (without a state database at all, ``state_db`` says so already)."""
+    error = state.stores.originals.read_error
+    if error is not None and state.stores.unavailable is None:
+        state.health.report(STATE_READS, error)
+    else:
+        state.health.clear(STATE_READS)
 
 
 async def index_handler(request: web.Request) -> web.Response:
@@ -443,6 +462,8 @@ async def _start(app: web.Application) -> None:
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))
+    if state.stores.unavailable is not None:
+        state.reopening = asyncio.create_task(_reopen_state(state))
     await asyncio.to_thread(_index_memory, state)
     if not exact_counts_available():
         log.warning(
@@ -476,14 +497,33 @@ async def _housekeeping(state: ProxyState) -> None:
             if purged or pruned:
                 log.info("housekeeping: %d expired originals, %d old session memos", purged, pruned)
             state.health.clear("state_db_housekeeping")
-        except sqlite3.Error as exc:
+        except StateUnavailable as exc:
             state.health.report("state_db_housekeeping", f"cleanup failed: {exc}")
 
 
+STATE_RETRY_SECONDS = 30.0
+
+
+async def _reopen_state(state: ProxyState) -> None:
+    """While there is no state database, try to open it now and then; once it opens,
+    compression and memory injection start without a restart."""
+    while state.stores.unavailable is not None:
+        await asyncio.sleep(STATE_RETRY_SECONDS)
+        stores = await asyncio.to_thread(open_durable_stores, state.settings, state.health)
+        if stores.unavailable is None:
+            if state.own_transforms:
+                state.transforms = build_transforms(
+                    state.settings, stores, state.memory, state.health
+                )
+            state.stores = stores
+            state.health.clear(STATE_DB)
+            state.health.check_writable_dir("data_dir", state.settings.data_dir)
+
+
 async def _stop(app: web.Application) -> None:
-    task = app[STATE].housekeeping
-    if task is not None:
-        task.cancel()
+    for task in (app[STATE].housekeeping, app[STATE].reopening):
+        if task is not None:
+            task.cancel()
     await app[STATE].pool.close()
 
 
@@ -491,16 +531,14 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     """The proxy; ``transforms`` replaces the configured compression stage (tests use it)."""
     app = web.Application(client_max_size=settings.max_body_bytes)
     health = Health()
-    try:
-        stores = open_stores(settings)
-    except (OSError, sqlite3.Error) as exc:
-        # Keep serving: originals live in memory until the data dir is fixed and we restart.
-        health.report("state_db", f"cannot open the state database in {settings.data_dir}: {exc}")
-        stores = open_stores(settings, in_memory=True)
+    stores = open_durable_stores(settings, health)  # without one, every request is relayed
     memory = memory_service(settings)
+    own_transforms = transforms is None
     if transforms is None:
         transforms = build_transforms(settings, stores, memory, health)
-    state = ProxyState(settings, stores, memory, transforms, health=health)
+    state = ProxyState(
+        settings, stores, memory, transforms, health=health, own_transforms=own_transforms
+    )
     app[STATE] = state
     index = app.router.add_get("/", index_handler)
     health_route = app.router.add_get("/health", health_handler)

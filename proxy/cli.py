@@ -153,13 +153,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def expand_key(key: str, settings: Settings, start: int | None, end: int | None) -> int:
     from memory.ccr import OriginalStore
     from memory.db import DB_NAME, open_database
+    from memory.state import StateUnavailable
     from proxy.expand import expand
 
     path = settings.data_dir / DB_NAME
     if not path.exists():
         print(f"deepmem: no state database at {path} (is --data-dir right?)", file=sys.stderr)
         return 1
-    result = expand(OriginalStore(open_database(path), settings.retention_days), key, start, end)
+    try:
+        store = OriginalStore(open_database(path), settings.retention_days)
+        result = expand(store, key, start, end)
+    except StateUnavailable as exc:
+        print(f"deepmem: cannot expand {key} from {path}: {exc}", file=sys.stderr)
+        return 1
     if result.content is None:
         print(f"deepmem: {result.error}", file=sys.stderr)
         return 1

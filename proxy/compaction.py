@@ -36,6 +36,8 @@ from memory.checkpoint import Checkpoint, extract, extract_transcript
 from memory.files import LockTimeout
 from memory.injection import wrap
 from memory.project import PROJECT_HEADER
+from memory.state import StateUnavailable
+from proxy.compression import STATE_WRITES
 from proxy.config import Settings
 from proxy.health import Health
 from proxy.pipeline import RequestContext
@@ -244,7 +246,14 @@ class CompactionStage:
                 continue
             result = compress_transcript(text, self.compression)
             if result.originals:
-                self.originals.put_many(result.originals)
+                try:
+                    self.originals.put_many(result.originals)
+                except StateUnavailable as exc:  # no marker without its original: fail open
+                    if self.health is not None:
+                        self.health.report(STATE_WRITES, str(exc))
+                    raise
+                if self.health is not None:
+                    self.health.clear(STATE_WRITES)
                 item.set_text(result.text)
                 report.outputs_compressed += result.compressed
                 changed = True

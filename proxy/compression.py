@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from compressors.pipeline import CompressionResult, CompressionSettings, compress
@@ -10,12 +9,14 @@ from compressors.registry import DEFAULT_PROTECTED_TOOLS
 from compressors.view import Conversation
 from memory.ccr import OriginalStore
 from memory.memo import MemoStore
+from memory.state import StateUnavailable
 from proxy.config import Settings
 from proxy.health import Health
 from proxy.pipeline import RequestContext
 from proxy.sessions import RequestKind
 
 REPORT = "compression"
+STATE_WRITES = "state_db_writes"  # the /health component for failed originals and memo writes
 SKIPPED_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 
 
@@ -43,22 +44,23 @@ class CompressionStage:
     def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
         if context.kind in SKIPPED_KINDS:
             return False
-        memo = self.memos.load(context.session_id)
-        cold = context.idle_seconds is not None and context.idle_seconds > self.cache_ttl
-        result: CompressionResult = compress(conversation, memo, self.settings, cache_cold=cold)
         try:
+            memo = self.memos.load(context.session_id)
+            cold = context.idle_seconds is not None and context.idle_seconds > self.cache_ttl
+            result: CompressionResult = compress(conversation, memo, self.settings, cache_cold=cold)
+            # Originals first: a marker may go upstream only once its original is committed.
             if result.originals:
                 self.originals.put_many(result.originals)
             if result.decisions or result.event:
                 self.memos.save(context.session_id, memo, result.decisions)
-        except (sqlite3.Error, OSError) as exc:
-            # Nothing may point at an original that was not kept: forget this request's
-            # decisions (the memo reloads from disk) and let the hook forward the original.
+        except Exception as exc:
+            # The hook forwards the original bytes. The live memo may hold decisions whose
+            # originals or rows were not kept: forget it, the next load reads what was saved.
             self.memos.forget_live(context.session_id)
-            if self.health is not None:
-                self.health.report("state_db_writes", f"cannot write the state database: {exc}")
+            if isinstance(exc, StateUnavailable) and self.health is not None:
+                self.health.report(STATE_WRITES, str(exc))
             raise
         if self.health is not None:
-            self.health.clear("state_db_writes")
+            self.health.clear(STATE_WRITES)
         context.reports[REPORT] = result
         return result.changed

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from memory.ccr import OriginalStore
 from memory.files import LockTimeout
+from memory.state import StateUnavailable
 from memory.store import SECTIONS
 from proxy import __version__, memory_api
 from proxy.expand import expand
@@ -64,7 +65,10 @@ def _deep_expand(context: ToolContext, arguments: dict[str, Any]) -> str:
     for name, value in (("start_line", start), ("end_line", end)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ToolError(f"{name} must be a positive line number")
-    result = expand(context.originals, key, start, end)
+    try:
+        result = expand(context.originals, key, start, end)
+    except StateUnavailable as exc:
+        raise ToolError(f"cannot expand {key} now: {exc} (deepmem's /health shows why)") from exc
     if result.content is None:
         raise ToolError(result.error or "unknown key")
     return result.content.decode("utf-8", "replace")

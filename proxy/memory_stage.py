@@ -34,6 +34,7 @@ from memory.injection import Line, defang, recall_block, stable_block, wrap
 from memory.injection_memo import Injected, InjectionMemo, SessionInjections
 from memory.project import PROJECT_HEADER
 from memory.signals import capture, nudge_reasons
+from memory.state import StateUnavailable
 from memory.store import MemoryStoreError
 from proxy.config import Settings
 from proxy.health import Health
@@ -44,6 +45,7 @@ from proxy.sessions import PARENT_SESSION_HEADER, RequestKind
 log = logging.getLogger("deepmem.memory")
 
 REPORT = "memory"
+INJECTION_STATE = "state_db_injections"  # the /health component for the injection memo
 RESUME_OWN = "This conversation was compacted; deepmem saved a checkpoint first. Its essentials:"
 RESUME_OTHER = (
     "deepmem's checkpoint of an earlier session in this project ({session}, {when}), for "
@@ -112,6 +114,17 @@ class MemoryStage:
     health: Health | None = None
 
     def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
+        try:
+            changed = self._inject(conversation, context)
+        except StateUnavailable as exc:  # the hook forwards the original bytes
+            if self.health is not None:
+                self.health.report(INJECTION_STATE, str(exc))
+            raise
+        if self.health is not None:
+            self.health.clear(INJECTION_STATE)
+        return changed
+
+    def _inject(self, conversation: Conversation, context: RequestContext) -> bool:
         if context.kind is not RequestKind.AGENT:
             return False
         header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None

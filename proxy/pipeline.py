@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from compressors.view import Conversation, Dialect, parse_conversation
+from memory.state import StateUnavailable
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
@@ -112,6 +113,9 @@ def rewrite_request(
             (Outcome.REWRITTEN, _dumps(body, exact)) if changed else (Outcome.FORWARDED, raw)
         )
         return Rewrite(out, outcome, session_id, kind, conversation, context=context)
+    except StateUnavailable as exc:  # the stage reported it in /health; no traceback needed
+        log.warning("%s; forwarding the original request (session %s)", exc, session_id)
+        return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc))
     except Exception as exc:
         log.exception("rewrite failed; forwarding the original request (session %s)", session_id)
         return Rewrite(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
 from memory.injection_memo import InjectionMemo
 from memory.memo import MemoStore
+from memory.state import StateUnavailable
 from proxy.compaction import CompactionStage
 from proxy.compression import CompressionStage, compression_settings
 from proxy.config import Settings
@@ -15,6 +17,8 @@ from proxy.health import Health
 from proxy.memory_api import MemoryService
 from proxy.memory_stage import build_memory_stage
 from proxy.pipeline import Transform
+
+STATE_DB = "state_db"  # the /health component: the state database cannot be opened
 
 
 @dataclass
@@ -24,13 +28,52 @@ class Stores:
     originals: OriginalStore
     memos: MemoStore
     injections: InjectionMemo
+    unavailable: str | None = None  # why there is no durable store: then nothing is rewritten
+
+
+class NoOriginals(OriginalStore):
+    """The originals while no durable store could be opened: nothing is kept, so nothing may
+    be compressed, and every expand answers why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(open_database(None))
+        self.reason = reason
+
+    def put_many(self, originals: Mapping[str, str]) -> int:
+        raise StateUnavailable(self.reason)
+
+    def get(self, raw_key: str) -> bytes | None:
+        raise StateUnavailable(self.reason)
 
 
 def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
+    """The stores on the data dir's database (``in_memory``: a private one, for replay).
+    Raises ``StateUnavailable`` when it cannot be opened, read or written."""
     db = open_database(None if in_memory else settings.data_dir / DB_NAME)
-    originals = OriginalStore(db, retention_days=settings.retention_days)
-    originals.purge_expired()
-    return Stores(originals, MemoStore(db), InjectionMemo(db))
+    try:
+        originals = OriginalStore(db, retention_days=settings.retention_days)
+        originals.purge_expired()
+        return Stores(originals, MemoStore(db), InjectionMemo(db))
+    except StateUnavailable:
+        db.close()
+        raise
+
+
+def open_durable_stores(settings: Settings, health: Health) -> Stores:
+    """The stores on the data dir's database; when it cannot be used, stores that keep no
+    originals, with the reason reported in ``health`` (and logged as an error). Without a
+    durable store the proxy relays every request unchanged (DESIGN.md section 3, invariant 5)."""
+    try:
+        stores = open_stores(settings)
+    except StateUnavailable as exc:
+        reason = (
+            f"{exc}; relaying every request unchanged (no compression, no memory injection) "
+            f"until the state database in {settings.data_dir} can be used"
+        )
+        health.report(STATE_DB, reason)
+        db = open_database(None)  # the captures' per-session memo, lost at a restart
+        return Stores(NoOriginals(reason), MemoStore(db), InjectionMemo(db), reason)
+    return stores
 
 
 def build_transforms(
@@ -42,10 +85,11 @@ def build_transforms(
     """Compaction, compression, then memory (compaction and memory are left out when
     ``memory`` is None, as in replay)."""
     transforms: list[Transform] = []
-    if not settings.compress:
+    if not settings.compress or stores.unavailable is not None:
         # A pure relay: nothing in a request changes; captures and checkpoints still happen.
         settings = replace(
             settings,
+            compress=False,
             memory_inject=False,
             memory_nudges=False,
             resume=False,

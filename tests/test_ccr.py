@@ -10,6 +10,7 @@ import pytest
 from compressors.markers import ccr_key, gap_line, marker, marker_keys, normalize_key
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
+from memory.state import StateUnavailable
 
 ORIGINAL = "line one\nzwei — drei\n\U0001f600 emoji\nlone \udcff surrogate\nlast"
 
@@ -152,3 +153,30 @@ def test_cli_expand_reads_the_data_dir(tmp_path):
         timeout=60,
     )
     assert missing.returncode == 1 and b"unknown or expired" in missing.stderr
+
+
+def test_a_failed_write_keeps_nothing_and_the_next_put_writes_again(tmp_path, monkeypatch):
+    monkeypatch.setattr("memory.db.BUSY_TIMEOUT_SECONDS", 0.05)
+    path = tmp_path / DB_NAME
+    store = OriginalStore(open_database(path))
+    other = open_database(path)
+    other.execute("BEGIN EXCLUSIVE")  # another connection holds the write lock
+    key = ccr_key(ORIGINAL)
+    with pytest.raises(StateUnavailable, match="database is locked"):
+        store.put_many({key: ORIGINAL})
+    assert store.get(key) is None  # not even in the cache: a cached key is a committed one
+    other.execute("ROLLBACK")
+    assert store.put_many({key: ORIGINAL}) == 1
+    assert OriginalStore(open_database(path)).get(key) == ORIGINAL.encode("utf-8", "surrogatepass")
+
+
+def test_originals_are_written_in_one_transaction(tmp_path):
+    path = tmp_path / DB_NAME
+    store = OriginalStore(open_database(path))
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+    store.db.execute(f"PRAGMA max_page_count = {pages}")  # room for a small row, not a large one
+    small, large = "a small original", "a large original\n" * 20_000
+    with pytest.raises(StateUnavailable, match="full"):
+        store.put_many({ccr_key(small): small, ccr_key(large): large})
+    assert OriginalStore(open_database(path)).get(ccr_key(small)) is None
+    assert store.get(ccr_key(small)) is None

@@ -13,10 +13,13 @@ import pytest
 
 from compressors.markers import marker_keys
 from memory.archive import CHECKPOINT_FILE, LOG_FILE, RAW_FILE
+from memory.ccr import OriginalStore
 from memory.checkpoint import Checkpoint
+from memory.db import DB_NAME, open_database
 from memory.injection import TAG
 from tests.conftest import CAPTURES, CORPUS
 from tests.test_memory_injection import make_project, system_prompt
+from tests.test_proxy_compression import session_messages
 
 COMPACTION = json.loads(
     (CAPTURES / "opencode-1.18.33-openai-compatible-compaction.json").read_text()
@@ -398,3 +401,29 @@ def test_history_cache_is_bounded_in_sessions_and_bytes():
     assert sum(cache.get(f"s{n}") is not None for n in range(5)) == 1  # 900 + 100 <= 1000
     cache.remember("huge", Dialect.ANTHROPIC, b"z" * 2000)  # larger than the whole cache
     assert cache.get("huge") is None and cache.get("big") is not None
+
+
+async def test_no_transcript_marker_goes_upstream_before_its_original_is_committed(
+    start_proxy, upstream, client, monkeypatch
+):
+    monkeypatch.setattr("memory.db.BUSY_TIMEOUT_SECONDS", 0.05)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"])
+    body = compaction_body(transcript_of(session_messages(4)[1:]))
+    path = proxy.state.settings.data_dir / DB_NAME
+    locker = open_database(path)
+    locker.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    await send(client, proxy, "/v1/chat/completions", body, "ses_locked")
+    assert upstream.requests[-1].body == orjson.dumps(body)  # the original bytes
+    async with client.get(proxy.url + "/health") as response:
+        assert "database is locked" in (await response.json())["problems"]["state_db_writes"]
+    locker.execute("ROLLBACK")
+
+    await send(client, proxy, "/v1/chat/completions", body, "ses_locked")  # the resend
+    keys = marker_keys(orjson.loads(upstream.requests[-1].body)["messages"][1]["content"])
+    assert keys
+    committed = OriginalStore(open_database(path))
+    for key in keys:
+        original = committed.get(key)
+        assert original is not None and original.decode() in body["messages"][1]["content"]
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 200

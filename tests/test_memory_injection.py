@@ -384,3 +384,19 @@ async def test_responses_hits_land_on_the_new_message_after_reasoning_is_dropped
     last = sent[-1]["content"]
     assert last[0]["text"] == "Why does the fixture loader fail under pytest?"
     assert "PYTHONHASHSEED" in last[1]["text"]
+
+
+async def test_an_injection_not_remembered_is_not_sent(start_proxy, upstream, client, tmp_path):
+    home, project = make_project(tmp_path)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    messages = session(project)[:2]  # the first user message: the stable block and recall
+    proxy.state.stores.injections.db.execute("PRAGMA query_only = ON")  # writes fail
+    await post(client, proxy, messages)
+    assert orjson.loads(upstream.requests[-1].body)["messages"] == messages  # fail open
+    async with client.get(proxy.url + "/health") as response:
+        assert "readonly" in (await response.json())["problems"]["state_db_injections"]
+    proxy.state.stores.injections.db.execute("PRAGMA query_only = OFF")
+    await post(client, proxy, messages)
+    assert TAG in orjson.loads(upstream.requests[-1].body)["messages"][0]["content"]
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 200

@@ -8,6 +8,8 @@ import json
 import orjson
 
 from compressors.markers import marker_keys
+from memory.ccr import OriginalStore
+from memory.db import DB_NAME, open_database
 from tests.fake_upstream import FakeUpstream
 
 
@@ -102,14 +104,9 @@ async def test_compression_off_is_a_pure_relay(start_proxy, upstream: FakeUpstre
 
 
 async def test_disk_full_fails_open_and_is_reported(proxy, upstream, client):
-    import sqlite3
-
-    def disk_full(originals):
-        raise sqlite3.OperationalError("database or disk is full")
-
-    store = proxy.state.stores.originals
-    working = store.put_many
-    store.put_many = disk_full
+    db = proxy.state.stores.originals.db
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full: SQLite gets no new page
     messages = session_messages(3)
     await _post(client, proxy, messages, session="ses_full")
     assert orjson.loads(upstream.requests[-1].body)["messages"] == messages  # original bytes
@@ -118,12 +115,13 @@ async def test_disk_full_fails_open_and_is_reported(proxy, upstream, client):
         assert "disk is full" in (await response.json())["problems"]["state_db_writes"]
     assert proxy.state.sessions.get("ses_full").tally.fail_opens == 1
 
-    store.put_many = working  # the disk has room again
+    db.execute("PRAGMA max_page_count = 1073741823")  # the disk has room again
     await _post(client, proxy, messages, session="ses_full")
     sent = orjson.loads(upstream.requests[-1].body)["messages"]
     keys = [key for m in sent for key in marker_keys(m.get("content") or "")]
     assert keys, "the session is compressed again once the disk has room"
+    committed = OriginalStore(open_database(proxy.state.settings.data_dir / DB_NAME))
     for key in keys:
-        assert store.get(key) is not None  # every marker sent has its original kept
+        assert committed.get(key) is not None  # every marker sent has its original committed
     async with client.get(proxy.url + "/health") as response:
         assert response.status == 200
