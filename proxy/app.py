@@ -128,6 +128,15 @@ async def metrics_handler(request: web.Request) -> web.Response:
     )
 
 
+# problem -> (HTTP status, error type)
+_EXPAND_PROBLEMS: dict[str, tuple[int, str]] = {
+    "bad_key": (404, "not_found"),
+    "unknown_key": (404, "not_found"),
+    "bad_range": (400, "invalid_request"),
+    "out_of_range": (416, "invalid_request"),
+}
+
+
 async def expand_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if not admin_allowed(request, state.settings):
@@ -148,9 +157,10 @@ async def expand_handler(request: web.Request) -> web.Response:
         )
     result = expand(state.stores.originals, request.match_info["key"], start, end)
     if result.content is None:
+        status, kind = _EXPAND_PROBLEMS[result.problem or "unknown_key"]
         return json_response(
-            {"error": {"message": result.error, "type": "not_found", "code": "unknown_key"}},
-            status=404,
+            {"error": {"message": result.error, "type": kind, "code": result.problem}},
+            status=status,
         )
     state.metrics.inc("deepmem_expands_total", via="http")
     return web.Response(

@@ -71,8 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
         "read from the data dir's state database (the proxy need not run).",
     )
     expand_cmd.add_argument("key", help="ccr:<24 hex> or the 24 hex digits")
-    expand_cmd.add_argument("--start-line", type=int, default=None, help="first line (1-based)")
-    expand_cmd.add_argument("--end-line", type=int, default=None, help="last line (inclusive)")
+    expand_cmd.add_argument(
+        "--start-line",
+        type=int,
+        default=None,
+        help="first line: the line number shown in the file view (the file's own number), "
+        "else a line of the original output (1-based)",
+    )
+    expand_cmd.add_argument(
+        "--end-line", type=int, default=None, help="last line (inclusive), numbered the same way"
+    )
     add_arguments(expand_cmd)
     add_memory_parser(commands)
     add_checkpoint_parser(commands)
@@ -151,8 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def expand_key(key: str, settings: Settings, start: int | None, end: int | None) -> int:
     from memory.ccr import OriginalStore
     from memory.db import DB_NAME, open_database
-    from proxy.expand import expand
+    from proxy.expand import expand, range_error
 
+    problem = range_error(start, end)
+    if problem is not None:
+        print(f"deepmem: {problem}", file=sys.stderr)
+        return 2
     path = settings.data_dir / DB_NAME
     if not path.exists():
         print(f"deepmem: no state database at {path} (is --data-dir right?)", file=sys.stderr)
@@ -160,7 +172,7 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
     result = expand(OriginalStore(open_database(path), settings.retention_days), key, start, end)
     if result.content is None:
         print(f"deepmem: {result.error}", file=sys.stderr)
-        return 1
+        return 2 if result.problem == "bad_key" else 1
     sys.stdout.buffer.write(result.content)
     sys.stdout.buffer.flush()
     return 0

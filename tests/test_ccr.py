@@ -8,8 +8,11 @@ import sys
 import pytest
 
 from compressors.markers import ccr_key, gap_line, marker, marker_keys, normalize_key
+from compressors.outputs import Budget, ToolOutput
+from compressors.registry import compress_output
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
+from tests.conftest import CAPTURES
 
 ORIGINAL = "line one\nzwei — drei\n\U0001f600 emoji\nlone \udcff surrogate\nlast"
 
@@ -152,3 +155,86 @@ def test_cli_expand_reads_the_data_dir(tmp_path):
         timeout=60,
     )
     assert missing.returncode == 1 and b"unknown or expired" in missing.stderr
+
+
+# --- line ranges address the line numbers the model sees (issue 10, item 19) -------------------
+
+READ_OUTPUT = (CAPTURES / "read-output-lines-2550-2769.txt").read_text(encoding="utf-8")
+
+
+def _shown(first: int, last: int) -> bytes:
+    """Lines first..last as the OpenCode read output shows them, ``N: `` prefix included."""
+    wanted = [line for line in READ_OUTPUT.split("\n") if line.split(":")[0].isdigit()]
+    return "\n".join(line for line in wanted if first <= int(line.split(":")[0]) <= last).encode()
+
+
+def test_a_compressed_read_view_shows_the_numbers_that_expand_takes():
+    output = ToolOutput(READ_OUTPUT, "read", '{"filePath": "src/extension.ts", "offset": 2550}')
+    compressed = compress_output(output, Budget(len(READ_OUTPUT) // 4, 1))
+    assert compressed is not None and compressed[0] == "file_read"
+    assert compressed[1].omitted.endswith("(start_line/end_line: the line numbers shown)")
+    shown = [line for line in compressed[1].text.split("\n") if line[:4] == "2769"]
+    assert shown == ["2769: \t\tawait store.initialize(); // T039 restart-restore"]
+
+
+async def test_http_expand_ranges_use_the_numbers_shown_in_a_read_view(proxy, client):
+    key = ccr_key(READ_OUTPUT)
+    proxy.state.stores.originals.put_many({key: READ_OUTPUT})
+    url = f"{proxy.url}/expand/ccr:{key}"
+    async with client.get(f"{url}?start_line=2765&end_line=2767") as response:
+        assert response.status == 200
+        body = await response.read()
+    assert body == _shown(2765, 2767)
+    assert body.split(b"\n")[0] == b"2765: \t\tconst store = new AgentChatSessionStore({"
+    async with client.get(f"{url}?start_line=2768") as response:  # to the end of the view
+        assert await response.read() == _shown(2768, 2769)
+    async with client.get(f"{url}?start_line=2767&end_line=2765") as response:
+        assert response.status == 400
+        error = (await response.json())["error"]
+    assert error["code"] == "bad_range" and "after end_line" in error["message"]
+    async with client.get(f"{url}?start_line=0&end_line=3") as response:
+        assert response.status == 400 and (await response.json())["error"]["code"] == "bad_range"
+    async with client.get(f"{url}?start_line=10&end_line=20") as response:
+        assert response.status == 416
+        error = (await response.json())["error"]
+    assert error["code"] == "out_of_range" and "shows lines 2550-2769" in error["message"]
+
+
+async def test_mcp_deep_expand_ranges_use_the_numbers_shown_and_reject_inverted_ones(proxy, client):
+    key = ccr_key(READ_OUTPUT)
+    proxy.state.stores.originals.put_many({key: READ_OUTPUT})
+    tools = await _rpc(client, proxy.url, "tools/list")
+    deep_expand = next(t for t in tools["result"]["tools"] if t["name"] == "deep_expand")
+    assert "line numbers shown in a file view" in deep_expand["description"]
+    assert (
+        "line number shown" in deep_expand["inputSchema"]["properties"]["start_line"]["description"]
+    )
+    arguments = {"key": f"ccr:{key}", "start_line": 2600, "end_line": 2602}
+    call = await _rpc(
+        client, proxy.url, "tools/call", {"name": "deep_expand", "arguments": arguments}
+    )
+    assert call["result"]["isError"] is False
+    assert call["result"]["content"][0]["text"].encode() == _shown(2600, 2602)
+    arguments = {"key": f"ccr:{key}", "start_line": 2602, "end_line": 2600}
+    call = await _rpc(
+        client, proxy.url, "tools/call", {"name": "deep_expand", "arguments": arguments}
+    )
+    assert call["result"]["isError"] is True
+    assert "after end_line" in call["result"]["content"][0]["text"]
+
+
+@pytest.mark.slow
+def test_cli_expand_ranges_use_the_numbers_shown_and_exit_2_on_an_inverted_range(tmp_path):
+    data = tmp_path / "data"
+    key = ccr_key(READ_OUTPUT)
+    OriginalStore(open_database(data / DB_NAME)).put_many({key: READ_OUTPUT})
+    command = [sys.executable, "-m", "proxy", "expand", key, "--data-dir", str(data)]
+    run = subprocess.run(
+        [*command, "--start-line", "2700", "--end-line", "2701"], capture_output=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == _shown(2700, 2701)
+    inverted = subprocess.run(
+        [*command, "--start-line", "2701", "--end-line", "2700"], capture_output=True, timeout=60
+    )
+    assert inverted.returncode == 2 and b"after end_line" in inverted.stderr
