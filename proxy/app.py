@@ -20,7 +20,7 @@ from proxy import __version__
 from proxy.admin import admin_allowed, error_response, forbidden, json_response
 from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
-from proxy.config import Settings, Upstream
+from proxy.config import Settings, Upstream, upstream_hint
 from proxy.dashboard import page_response, wants_page
 from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
@@ -52,6 +52,7 @@ class ProxyState:
     sessions: SessionRegistry = field(init=False)
     started_at: float = field(default_factory=time.time)
     housekeeping: asyncio.Task[None] | None = None
+    hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
@@ -225,6 +226,20 @@ def _upstream_url(upstream: Upstream, request: web.Request) -> URL:
     return URL(target, encoded=True)
 
 
+HINT_HEADER = "X-Deepmem-Hint"
+
+
+def _not_found_hint(state: ProxyState, upstream: Upstream) -> str:
+    """A 404 on a chat route usually means a wrong upstream base URL. The provider's status
+    and body pass unchanged (clients parse them); the hint goes in a header and, once per
+    upstream, in the log."""
+    hint = "the upstream answered 404 on a chat route: " + upstream_hint(upstream)
+    if upstream.name not in state.hinted_upstreams:
+        state.hinted_upstreams.add(upstream.name)
+        log.warning("%s", hint)
+    return hint
+
+
 def _server_timing(overhead: float) -> CIMultiDict[str]:
     return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
 
@@ -346,6 +361,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             status = upstream_response.status
             if record is not None:
                 record.status = status
+            if status == 404 and dialect is not None:
+                extra_headers[HINT_HEADER] = _not_found_hint(state, upstream)
 
             def on_prepared() -> None:
                 nonlocal streaming

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -14,11 +15,19 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.app import create_app
-from proxy.config import ENV_PREFIX, ConfigError, Settings, add_arguments, load_settings
-from proxy.history_cli import ARGUMENT_KEYS as HISTORY_KEYS
+from proxy.config import (
+    ENV_PREFIX,
+    OPTIONS_BY_NAME,
+    ConfigError,
+    Settings,
+    add_arguments,
+    load_settings,
+    public_url,
+    startup_warnings,
+    unknown_environment,
+)
 from proxy.history_cli import add_history_parser, run_history
 from proxy.logs import configure_logging
-from proxy.memory_cli import ARGUMENT_KEYS as MEMORY_KEYS
 from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
 
 DESCRIPTION = """\
@@ -81,11 +90,38 @@ def build_parser() -> argparse.ArgumentParser:
     expand_cmd.add_argument(
         "--end-line", type=int, default=None, help="last line (inclusive), numbered the same way"
     )
-    add_arguments(expand_cmd)
+    add_arguments(expand_cmd, ("data_dir", "retention_days"))
     add_memory_parser(commands)
     add_checkpoint_parser(commands)
     add_history_parser(commands)
+    _remember_parsers(parser)
     return parser
+
+
+# Where argparse puts the (innermost) subcommand's parser, so that an unknown option is
+# reported with that subcommand's usage, not the top-level one.
+PARSER_KEY = "_deepmem_parser"
+SETTING_KEYS = frozenset({"config", *OPTIONS_BY_NAME})
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(**{PARSER_KEY: sub})
+                _remember_parsers(sub)
+
+
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """``parser.parse_args``, except that unrecognized arguments are reported by the
+    subcommand that was given them (``deepmem serve --bogus`` prints serve's usage)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        owner: argparse.ArgumentParser = getattr(args, PARSER_KEY, parser)
+        owner.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 async def _serve(settings: Settings) -> None:
@@ -95,13 +131,19 @@ async def _serve(settings: Settings) -> None:
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
-        routes = ", ".join(f"/{u.prefix}/ -> {u.url}" for u in settings.upstreams)
+        routes = ", ".join(f"/{u.prefix}/ -> {public_url(u.url)}" for u in settings.upstreams)
         log.info(
             "deepmem %s listening on http://%s:%d (%s)",
             __version__,
             settings.host,
             settings.port,
             routes,
+        )
+        log.info(
+            "data dir %s; project memory: project_dir %s, allowed roots %s",
+            settings.data_dir,
+            settings.project_dir or "unset (taken from each request)",
+            ", ".join(str(root) for root in settings.allowed_roots),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -115,25 +157,27 @@ async def _serve(settings: Settings) -> None:
 
 def serve(settings: Settings) -> int:
     configure_logging(settings.log_level, settings.log_format)
+    for warning in startup_warnings(settings):
+        logging.getLogger("deepmem").warning("%s", warning)
     asyncio.run(_serve(settings))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2
-    not_settings = {"command", "target", "json", "html", "key", "start_line", "end_line"}
-    not_settings |= MEMORY_KEYS
-    not_settings |= HISTORY_KEYS
-    flags = {key: value for key, value in vars(args).items() if key not in not_settings}
+    flags = {key: value for key, value in vars(args).items() if key in SETTING_KEYS}
     try:
         settings = load_settings(flags)
     except ConfigError as exc:
         print(f"deepmem: {exc}", file=sys.stderr)
         return 2
+    if args.command != "serve":  # serve logs these with the other start-up warnings
+        for warning in unknown_environment(os.environ):
+            print(f"deepmem: warning: {warning}", file=sys.stderr)
     if args.command == "serve":
         try:
             return serve(settings)
