@@ -480,14 +480,34 @@ async def _start(app: web.Application) -> None:
 
 
 def _index_memory(state: ProxyState) -> None:
-    """Build the search index of the global (and the configured project's) memory now, so
-    the first user message of the day does not wait for it."""
+    """Check the project settings (a refused ``project_dir`` or no existing allowed root makes
+    the proxy degraded: project memory cannot work) and build the search index of the global
+    (and the configured project's) memory now, so the first user message does not wait."""
+    _check_allowed_roots(state)
     project = state.settings.project_dir
     try:
-        checked = state.memory.projects.check(str(project), "project_dir") if project else None
+        checked = state.memory.projects.check(str(project), "the configured") if project else None
+    except ValueError as exc:
+        state.health.report("project_dir", f"{exc}; project memory is off for every request")
+        checked = None
+    try:
         state.memory.catalog.get(checked).index.refresh()
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         log.warning("memory index not built at start-up: %s", exc)
+
+
+def _check_allowed_roots(state: ProxyState) -> None:
+    roots = state.settings.allowed_roots
+    missing = [root for root in roots if not root.is_dir()]
+    if missing and len(missing) == len(roots):
+        state.health.report(
+            "allowed_roots",
+            f"no allowed root exists here ({', '.join(map(str, roots))}): every project "
+            "directory is refused (in a container, mount the project at the same path: "
+            '-v "$PWD:$PWD" -e DEEP_MEMORY_ALLOWED_ROOTS="$PWD")',
+        )
+    elif missing:
+        log.warning("allowed roots that do not exist here: %s", ", ".join(map(str, missing)))
 
 
 HOUSEKEEPING_SECONDS = 3600.0
