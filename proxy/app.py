@@ -33,7 +33,14 @@ from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
-from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
+from proxy.sessions import (
+    PARENT_SESSION_HEADER,
+    SESSION_HEADER,
+    STATS_EXPLAIN,
+    RequestRecord,
+    SessionRegistry,
+    session_title,
+)
 from proxy.stages import Stores, build_transforms, open_stores
 
 log = logging.getLogger("deepmem.proxy")
@@ -102,7 +109,9 @@ async def stats_handler(request: web.Request) -> web.Response:
                 "not_found",
                 "unknown_session",
             )
-        return json_response({"version": __version__, "session": session.detail()})
+        return json_response(
+            {"version": __version__, "explain": STATS_EXPLAIN, "session": session.detail()}
+        )
     snapshot = state.sessions.snapshot()
     snapshot["totals"]["active_streams"] = int(
         sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
@@ -114,7 +123,14 @@ async def stats_handler(request: web.Request) -> web.Response:
         state.metrics.counter_total("deepmem_non_json_bodies_total")
     )
     snapshot["totals"]["expands"] = int(state.metrics.counter_total("deepmem_expands_total"))
-    return json_response({"version": __version__, "started_at": state.started_at, **snapshot})
+    return json_response(
+        {
+            "version": __version__,
+            "started_at": state.started_at,
+            "explain": STATS_EXPLAIN,
+            **snapshot,
+        }
+    )
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
@@ -326,12 +342,14 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         tally.kinds[kind] += 1
         tally.fail_opens += outcome == Outcome.FAILED_OPEN
         if report is not None:
-            tally.tokens_before += report.tokens_before
-            tally.tokens_after += report.tokens_after
+            tally.tool_output_tokens_before += report.tokens_before
+            tally.tool_output_tokens_after += report.tokens_after
             tally.outputs_compressed += sum(
                 n for name, n in report.counters.items() if name.startswith("compressed:")
             )
             tally.compression_events += report.event is not None
+        if memory_report is not None:
+            tally.tokens_injected += memory_report.injected_tokens
         if memory_report is not None and memory_report.new_turn:
             tally.memory_turns += 1
             tally.memory_hits += memory_report.hits
@@ -341,6 +359,11 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             tally.checkpoints += compaction_report.checkpoint is not None
     if session is not None and memory_report is not None and memory_report.project is not None:
         session.project = str(memory_report.project)
+    if record is not None:
+        record.tokens_removed = report.tokens_before - report.tokens_after if report else 0
+        record.tokens_injected = memory_report.injected_tokens if memory_report else 0
+    if session is not None and session.title is None and kind == "agent" and result.conversation:
+        session.title = session_title(result.conversation)
 
     overhead = time.perf_counter() - started
     metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)

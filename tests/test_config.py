@@ -197,15 +197,18 @@ def test_serve_logs_its_data_dir_roots_and_environment_mistakes(tmp_path):
     )
     try:
         assert served.stderr is not None
-        lines = [served.stderr.readline() for _ in range(3)]
+        lines = [served.stderr.readline() for _ in range(4)]
     finally:
         served.terminate()
         served.wait(timeout=10)
     assert "WARNING" in lines[0] and "DEEP_MEMORY_PORTT" in lines[0]
     assert "did you mean DEEP_MEMORY_PORT?" in lines[0]
-    assert "listening on http://127.0.0.1:0" in lines[1]
     assert (
-        lines[2]
+        "WARNING" in lines[1] and "allowed roots that do not exist here: /srv/projects" in lines[1]
+    )
+    assert "listening on http://127.0.0.1:0" in lines[2]
+    assert (
+        lines[3]
         .rstrip()
         .endswith(
             f"data dir {tmp_path / 'data'}; project memory: project_dir unset (taken from each "
