@@ -238,3 +238,30 @@ def test_cli_expand_ranges_use_the_numbers_shown_and_exit_2_on_an_inverted_range
         [*command, "--start-line", "2701", "--end-line", "2700"], capture_output=True, timeout=60
     )
     assert inverted.returncode == 2 and b"after end_line" in inverted.stderr
+
+
+def test_expand_ranges_in_other_numbered_views_and_in_plain_text(tmp_path):
+    from proxy.expand import expand
+
+    store = OriginalStore(open_database(tmp_path / DB_NAME))
+    header = "Here's the result of running `cat -n` on /repo/app.py:"
+    cat_n = "\n".join([header, *(f"{n:6d}\tvalue_{n} = {n}" for n in range(40, 90))])
+    plain = "\n".join(f"log line {n}" for n in range(1, 51))
+    store.put_many({ccr_key(cat_n): cat_n, ccr_key(plain): plain})
+
+    shown = expand(store, ccr_key(cat_n), 41, 42)
+    assert shown.content == b"    41\tvalue_41 = 41\n    42\tvalue_42 = 42"
+    tail = expand(store, ccr_key(cat_n), 88, 500)  # clipped to what the view shows
+    assert tail.content == b"    88\tvalue_88 = 88\n    89\tvalue_89 = 89"
+    outside = expand(store, ccr_key(cat_n), 1, 5)
+    assert outside.content is None and outside.problem == "out_of_range"
+    assert outside.error == (
+        "lines 1-5: this file view shows lines 40-89 of the file (start_line/end_line are the "
+        "line numbers shown in the view)"
+    )
+    # Without line numbers, ranges count the original's own lines.
+    assert expand(store, ccr_key(plain), 2, 3).content == b"log line 2\nlog line 3"
+    beyond = expand(store, ccr_key(plain), 60, 70)
+    assert beyond.problem == "out_of_range" and "the original has 50 lines" in (beyond.error or "")
+    inverted = expand(store, ccr_key(plain), 3, 2)
+    assert inverted.problem == "bad_range" and inverted.content is None
