@@ -7,6 +7,7 @@ import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -253,7 +254,7 @@ def _not_found_hint(state: ProxyState, upstream: Upstream) -> str:
     if upstream.name not in state.hinted_upstreams:
         state.hinted_upstreams.add(upstream.name)
         log.warning("%s", hint)
-    return hint
+    return hint.encode("ascii", "backslashreplace").decode("ascii")  # a header value
 
 
 def _server_timing(overhead: float) -> CIMultiDict[str]:
@@ -515,13 +516,13 @@ def _index_memory(state: ProxyState) -> None:
         checked = None
     try:
         state.memory.catalog.get(checked).index.refresh()
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         log.warning("memory index not built at start-up: %s", exc)
 
 
 def _check_allowed_roots(state: ProxyState) -> None:
     roots = state.settings.allowed_roots
-    missing = [root for root in roots if not root.is_dir()]
+    missing = [root for root in roots if not _is_dir(root)]
     if missing and len(missing) == len(roots):
         state.health.report(
             "allowed_roots",
@@ -531,6 +532,13 @@ def _check_allowed_roots(state: ProxyState) -> None:
         )
     elif missing:
         log.warning("allowed roots that do not exist here: %s", ", ".join(map(str, missing)))
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. no permission to look: as unusable as a missing one
+        return False
 
 
 HOUSEKEEPING_SECONDS = 3600.0

@@ -48,7 +48,7 @@ def go_ahead(count: int, force: bool, quiet: bool, verb: tuple[str, str], questi
     """Whether to change ``count`` entries: with --force, or after a "y" on a terminal.
 
     Without a terminal and without --force nothing changes and stderr says that confirmation is
-    needed (callers then exit with ``unconfirmed``'s code). ``verb`` is the action and its past
+    needed (callers then exit with ``exit_code_when_not_done``). ``verb`` is the action and its past
     form: ("add", "added").
     """
     action, done = verb

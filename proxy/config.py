@@ -663,9 +663,7 @@ PROVIDER_VERSION_PATHS: dict[str, str] = {
 def public_url(url: str) -> str:
     """``scheme://host[:port]/path`` of ``url``: no user info, query or fragment (for logs)."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 def suggested_upstream_url(url: str) -> str | None:

@@ -105,3 +105,10 @@ async def test_a_404_on_a_chat_route_passes_unchanged_with_a_hint(
     assert "version path (often /v1)" in hint
     hints = [r.getMessage() for r in caplog.records if "answered 404" in r.getMessage()]
     assert len(hints) == 2  # once per upstream, not once per request
+
+
+def test_urls_in_warnings_and_hints_carry_no_credentials():
+    from proxy.config import public_url
+
+    assert public_url("https://user:pw@api.x.ai:8443/v1?api-key=k#f") == "https://api.x.ai:8443/v1"
+    assert public_url("http://proxy:notaport/v1") == "http://proxy:notaport/v1"  # never raises
