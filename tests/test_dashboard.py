@@ -499,15 +499,19 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         removed = tally.tool_output_tokens_before - tally.tool_output_tokens_after
         costs = figures.costs()
         assert costs["anthropic"]["saved"] > 0 and costs["openai"]["saved"] > 0 and removed > 0
-        # session, title, project, upstream, last seen, requests, received, removed by
-        # compression, compression %, added by memory, saved x2, errors
+        # session, title, project, upstream, last seen, requests, received, compressed away
+        # (with its share of received), memory added, saved x2, errors
         assert row[0] == SESSION and row[3] == "default"
         assert row[1] == proxy.state.sessions.get(SESSION).title and row[1]
         assert row[2] == "no project: memory went to the global memory"
         assert row[5:8] == [str(requests), f"{figures.tokens_in:,}", f"{removed:,}"]
-        assert row[8] == f"{100 * removed / figures.tokens_in:.1f}%"
-        assert row[9] == "0"  # no project, no memory blocks
-        assert row[10:] == [
+        share = await page.evaluate(
+            f"document.querySelector('tr[data-session=\"{SESSION}\"]').cells[7]"
+            ".querySelector('span').textContent"
+        )
+        assert share == f" · {100 * removed / figures.tokens_in:.1f}%"
+        assert row[8] == "0"  # no project, no memory blocks
+        assert row[9:] == [
             f"{math.floor(costs['anthropic']['saved'] + 0.5):,}",  # JavaScript's Math.round
             f"{math.floor(costs['openai']['saved'] + 0.5):,}",
             "1",
