@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -20,7 +21,7 @@ from proxy import __version__
 from proxy.admin import error_response, json_response
 from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
-from proxy.config import Settings, Upstream
+from proxy.config import Settings, Upstream, upstream_hint
 from proxy.dashboard import page_response, wants_page
 from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
@@ -34,7 +35,14 @@ from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.security import Access, guard
-from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
+from proxy.sessions import (
+    PARENT_SESSION_HEADER,
+    SESSION_HEADER,
+    STATS_EXPLAIN,
+    RequestRecord,
+    SessionRegistry,
+    session_title,
+)
 from proxy.stages import STATE_DB, Stores, build_transforms, open_durable_stores
 
 log = logging.getLogger("deepmem.proxy")
@@ -55,6 +63,7 @@ class ProxyState:
     housekeeping: asyncio.Task[None] | None = None
     reopening: asyncio.Task[None] | None = None  # retries the state database while it is out
     own_transforms: bool = True  # built from the settings (not given by a test)
+    hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
@@ -103,7 +112,9 @@ async def stats_handler(request: web.Request) -> web.Response:
                 "not_found",
                 "unknown_session",
             )
-        return json_response({"version": __version__, "session": session.detail()})
+        return json_response(
+            {"version": __version__, "explain": STATS_EXPLAIN, "session": session.detail()}
+        )
     snapshot = state.sessions.snapshot()
     snapshot["totals"]["active_streams"] = int(
         sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
@@ -115,7 +126,14 @@ async def stats_handler(request: web.Request) -> web.Response:
         state.metrics.counter_total("deepmem_non_json_bodies_total")
     )
     snapshot["totals"]["expands"] = int(state.metrics.counter_total("deepmem_expands_total"))
-    return json_response({"version": __version__, "started_at": state.started_at, **snapshot})
+    return json_response(
+        {
+            "version": __version__,
+            "started_at": state.started_at,
+            "explain": STATS_EXPLAIN,
+            **snapshot,
+        }
+    )
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
@@ -126,6 +144,15 @@ async def metrics_handler(request: web.Request) -> web.Response:
         charset="utf-8",
         headers={"Cache-Control": "no-store"},
     )
+
+
+# problem -> (HTTP status, error type)
+_EXPAND_PROBLEMS: dict[str, tuple[int, str]] = {
+    "bad_key": (404, "not_found"),
+    "unknown_key": (404, "not_found"),
+    "bad_range": (400, "invalid_request"),
+    "out_of_range": (416, "invalid_request"),
+}
 
 
 async def expand_handler(request: web.Request) -> web.Response:
@@ -151,9 +178,10 @@ async def expand_handler(request: web.Request) -> web.Response:
     finally:
         _note_reads(state)
     if result.content is None:
+        status, kind = _EXPAND_PROBLEMS[result.problem or "unknown_key"]
         return json_response(
-            {"error": {"message": result.error, "type": "not_found", "code": "unknown_key"}},
-            status=404,
+            {"error": {"message": result.error, "type": kind, "code": result.problem}},
+            status=status,
         )
     state.metrics.inc("deepmem_expands_total", via="http")
     return web.Response(
@@ -227,6 +255,20 @@ def _upstream_url(request: web.Request, upstream: Upstream) -> URL:
     if request.rel_url.raw_query_string:
         target += "?" + request.rel_url.raw_query_string
     return URL(target, encoded=True)
+
+
+HINT_HEADER = "X-Deepmem-Hint"
+
+
+def _not_found_hint(state: ProxyState, upstream: Upstream) -> str:
+    """A 404 on a chat route usually means a wrong upstream base URL. The provider's status
+    and body pass unchanged (clients parse them); the hint goes in a header and, once per
+    upstream, in the log."""
+    hint = "the upstream answered 404 on a chat route: " + upstream_hint(upstream)
+    if upstream.name not in state.hinted_upstreams:
+        state.hinted_upstreams.add(upstream.name)
+        log.warning("%s", hint)
+    return hint.encode("ascii", "backslashreplace").decode("ascii")  # a header value
 
 
 def _server_timing(overhead: float) -> CIMultiDict[str]:
@@ -315,12 +357,14 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         tally.kinds[kind] += 1
         tally.fail_opens += outcome == Outcome.FAILED_OPEN
         if report is not None:
-            tally.tokens_before += report.tokens_before
-            tally.tokens_after += report.tokens_after
+            tally.tool_output_tokens_before += report.tokens_before
+            tally.tool_output_tokens_after += report.tokens_after
             tally.outputs_compressed += sum(
                 n for name, n in report.counters.items() if name.startswith("compressed:")
             )
             tally.compression_events += report.event is not None
+        if memory_report is not None:
+            tally.tokens_injected += memory_report.injected_tokens
         if memory_report is not None and memory_report.new_turn:
             tally.memory_turns += 1
             tally.memory_hits += memory_report.hits
@@ -330,6 +374,11 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             tally.checkpoints += compaction_report.checkpoint is not None
     if session is not None and memory_report is not None and memory_report.project is not None:
         session.project = str(memory_report.project)
+    if record is not None:
+        record.tokens_removed = report.tokens_before - report.tokens_after if report else 0
+        record.tokens_injected = memory_report.injected_tokens if memory_report else 0
+    if session is not None and session.title is None and kind == "agent" and result.conversation:
+        session.title = session_title(result.conversation)
 
     overhead = time.perf_counter() - started
     metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)
@@ -354,6 +403,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             status = upstream_response.status
             if record is not None:
                 record.status = status
+            if status == 404 and dialect is not None:
+                extra_headers[HINT_HEADER] = _not_found_hint(state, upstream)
 
             def on_prepared() -> None:
                 nonlocal streaming
@@ -473,14 +524,41 @@ async def _start(app: web.Application) -> None:
 
 
 def _index_memory(state: ProxyState) -> None:
-    """Build the search index of the global (and the configured project's) memory now, so
-    the first user message of the day does not wait for it."""
+    """Check the project settings (a refused ``project_dir`` or no existing allowed root makes
+    the proxy degraded: project memory cannot work) and build the search index of the global
+    (and the configured project's) memory now, so the first user message does not wait."""
+    _check_allowed_roots(state)
     project = state.settings.project_dir
     try:
-        checked = state.memory.projects.check(str(project), "project_dir") if project else None
+        checked = state.memory.projects.check(str(project), "the configured") if project else None
+    except ValueError as exc:
+        state.health.report("project_dir", f"{exc}; project memory is off for every request")
+        checked = None
+    try:
         state.memory.catalog.get(checked).index.refresh()
     except (OSError, ValueError) as exc:
         log.warning("memory index not built at start-up: %s", exc)
+
+
+def _check_allowed_roots(state: ProxyState) -> None:
+    roots = state.settings.allowed_roots
+    missing = [root for root in roots if not _is_dir(root)]
+    if missing and len(missing) == len(roots):
+        state.health.report(
+            "allowed_roots",
+            f"no allowed root exists here ({', '.join(map(str, roots))}): every project "
+            "directory is refused (in a container, mount the project at the same path: "
+            '-v "$PWD:$PWD" -e DEEP_MEMORY_ALLOWED_ROOTS="$PWD")',
+        )
+    elif missing:
+        log.warning("allowed roots that do not exist here: %s", ", ".join(map(str, missing)))
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. no permission to look: as unusable as a missing one
+        return False
 
 
 HOUSEKEEPING_SECONDS = 3600.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -14,11 +15,18 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.app import create_app
-from proxy.config import ENV_PREFIX, ConfigError, Settings, add_arguments, load_settings
-from proxy.history_cli import ARGUMENT_KEYS as HISTORY_KEYS
+from proxy.config import (
+    ENV_PREFIX,
+    OPTIONS_BY_NAME,
+    ConfigError,
+    Settings,
+    add_arguments,
+    load_settings,
+    startup_warnings,
+    unknown_environment,
+)
 from proxy.history_cli import add_history_parser, run_history
 from proxy.logs import configure_logging
-from proxy.memory_cli import ARGUMENT_KEYS as MEMORY_KEYS
 from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
 
 DESCRIPTION = """\
@@ -73,13 +81,48 @@ def build_parser() -> argparse.ArgumentParser:
         "read from the data dir's state database (the proxy need not run).",
     )
     expand_cmd.add_argument("key", help="ccr:<24 hex> or the 24 hex digits")
-    expand_cmd.add_argument("--start-line", type=int, default=None, help="first line (1-based)")
-    expand_cmd.add_argument("--end-line", type=int, default=None, help="last line (inclusive)")
-    add_arguments(expand_cmd)
+    expand_cmd.add_argument(
+        "--start-line",
+        type=int,
+        default=None,
+        help="first line: the line number shown in the file view (the file's own number), "
+        "else a line of the original output (1-based)",
+    )
+    expand_cmd.add_argument(
+        "--end-line", type=int, default=None, help="last line (inclusive), numbered the same way"
+    )
+    add_arguments(expand_cmd, ("data_dir", "retention_days"))
     add_memory_parser(commands)
     add_checkpoint_parser(commands)
     add_history_parser(commands)
+    _remember_parsers(parser)
     return parser
+
+
+# Where argparse puts the (innermost) subcommand's parser, so that an unknown option is
+# reported with that subcommand's usage, not the top-level one.
+PARSER_KEY = "_deepmem_parser"
+SETTING_KEYS = frozenset({"config", *OPTIONS_BY_NAME})
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(**{PARSER_KEY: sub})
+                _remember_parsers(sub)
+
+
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """``parser.parse_args``, except that unrecognized arguments are reported by the
+    subcommand that was given them (``deepmem serve --bogus`` prints serve's usage)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        owner: argparse.ArgumentParser = getattr(args, PARSER_KEY, parser)
+        owner.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 async def _serve(settings: Settings) -> None:
@@ -97,6 +140,12 @@ async def _serve(settings: Settings) -> None:
             settings.port,
             routes,
         )
+        log.info(
+            "data dir %s; project memory: project_dir %s, allowed roots %s",
+            settings.data_dir,
+            settings.project_dir or "unset (taken from each request)",
+            ", ".join(str(root) for root in settings.allowed_roots),
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -109,25 +158,27 @@ async def _serve(settings: Settings) -> None:
 
 def serve(settings: Settings) -> int:
     configure_logging(settings.log_level, settings.log_format)
+    for warning in startup_warnings(settings):
+        logging.getLogger("deepmem").warning("%s", warning)
     asyncio.run(_serve(settings))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2
-    not_settings = {"command", "target", "json", "html", "key", "start_line", "end_line"}
-    not_settings |= MEMORY_KEYS
-    not_settings |= HISTORY_KEYS
-    flags = {key: value for key, value in vars(args).items() if key not in not_settings}
+    flags = {key: value for key, value in vars(args).items() if key in SETTING_KEYS}
     try:
         settings = load_settings(flags)
     except ConfigError as exc:
         print(f"deepmem: {exc}", file=sys.stderr)
         return 2
+    if args.command != "serve":  # serve logs these with the other start-up warnings
+        for warning in unknown_environment(os.environ):
+            print(f"deepmem: warning: {warning}", file=sys.stderr)
     if args.command == "serve":
         try:
             return serve(settings)
@@ -154,8 +205,12 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
     from memory.ccr import OriginalStore
     from memory.db import DB_NAME, open_database
     from memory.state import StateUnavailable
-    from proxy.expand import expand
+    from proxy.expand import expand, range_error
 
+    problem = range_error(start, end)
+    if problem is not None:
+        print(f"deepmem: {problem}", file=sys.stderr)
+        return 2
     path = settings.data_dir / DB_NAME
     if not path.exists():
         print(f"deepmem: no state database at {path} (is --data-dir right?)", file=sys.stderr)
@@ -168,7 +223,7 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
         return 1
     if result.content is None:
         print(f"deepmem: {result.error}", file=sys.stderr)
-        return 1
+        return 2 if result.problem == "bad_key" else 1
     sys.stdout.buffer.write(result.content)
     sys.stdout.buffer.flush()
     return 0

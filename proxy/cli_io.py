@@ -47,8 +47,9 @@ def confirm(question: str) -> bool:
 def go_ahead(count: int, force: bool, quiet: bool, verb: tuple[str, str], question: str) -> bool:
     """Whether to change ``count`` entries: with --force, or after a "y" on a terminal.
 
-    Without a terminal and without --force nothing changes, and (unless ``quiet``) the user is
-    told how to make it happen. ``verb`` is the action and its past form: ("add", "added").
+    Without a terminal and without --force nothing changes and stderr says that confirmation is
+    needed (callers then exit with ``exit_code_when_not_done``). ``verb`` is the action and its past
+    form: ("add", "added").
     """
     action, done = verb
     if count == 0:
@@ -60,6 +61,18 @@ def go_ahead(count: int, force: bool, quiet: bool, verb: tuple[str, str], questi
         if not go and not quiet:
             print(f"nothing {done}")
         return go
-    if not quiet:
-        print(f"not {done}: no terminal to confirm; rerun with --force to {action} {count}")
+    error(
+        f"not {done}: confirmation needed and there is no terminal to ask on; "
+        f"rerun with --force to {action} {count}",
+        CONFIRMATION_NEEDED,
+    )
     return False
+
+
+CONFIRMATION_NEEDED = 2
+
+
+def exit_code_when_not_done(count: int, force: bool) -> int:
+    """0 when nothing was done because nothing matched or the user said no; 2 when it was left
+    undone only because nobody could confirm (no terminal, no --force), so scripts notice."""
+    return CONFIRMATION_NEEDED if count and not force and not interactive() else 0

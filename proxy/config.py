@@ -8,9 +8,11 @@ are resolved in one order: flags > environment > config file > defaults.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -545,15 +547,16 @@ def parse_upstreams(specs: Sequence[str]) -> tuple[Upstream, ...]:
     return tuple(Upstream(name, url) for name, url in table.items())
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per option; unset flags stay absent so lower layers can apply."""
+def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """Add one flag per option (or per option named in ``only``: a subcommand that reads few
+    settings offers only those); unset flags stay absent so lower layers can apply."""
     parser.add_argument(
         "--config",
         metavar="FILE",
         default=argparse.SUPPRESS,
-        help=f"TOML file with any of the settings below (env {ENV_PREFIX}CONFIG).",
+        help=f"TOML file with settings (env {ENV_PREFIX}CONFIG).",
     )
-    for option in OPTIONS:
+    for option in OPTIONS if only is None else [OPTIONS_BY_NAME[name] for name in only]:
         text = f"{option.help} (env {option.env}; default: {_describe_default(option)})"
         if option.is_flag:
             parser.add_argument(
@@ -669,3 +672,77 @@ def load_settings(
         config_file=config_file,
         **{name: value for name, value in resolved.items() if name in known},
     )
+
+
+# --- start-up warnings: what a new user gets wrong without an error ----------------------------
+
+# Known providers and the path their API lives under. A base URL without it answers 404 on
+# every chat route. DeepSeek is absent on purpose: it serves its API with and without /v1.
+PROVIDER_VERSION_PATHS: dict[str, str] = {
+    "api.openai.com": "/v1",
+    "api.anthropic.com": "/v1",
+    "api.moonshot.ai": "/v1",
+    "api.moonshot.cn": "/v1",
+    "api.mistral.ai": "/v1",
+    "api.groq.com": "/openai/v1",
+    "openrouter.ai": "/api/v1",
+    "generativelanguage.googleapis.com": "/v1beta/openai",
+    "api.together.xyz": "/v1",
+    "api.x.ai": "/v1",
+    "api.fireworks.ai": "/inference/v1",
+}
+
+
+def suggested_upstream_url(url: str) -> str | None:
+    """The likely intended base URL when ``url`` names a known provider without the path its
+    API lives under (``https://api.openai.com`` → ``https://api.openai.com/v1``); else None."""
+    parts = urllib.parse.urlsplit(url)
+    expected = PROVIDER_VERSION_PATHS.get((parts.hostname or "").lower())
+    if expected is None or parts.path.rstrip("/").endswith(expected):
+        return None
+    return f"{parts.scheme}://{parts.hostname}{expected}"
+
+
+def upstream_hint(upstream: Upstream) -> str:
+    """What to check when ``upstream`` answers 404 on a chat route."""
+    suggestion = suggested_upstream_url(upstream.url)
+    if suggestion is not None:
+        return (
+            f"upstream '{upstream.name}' is {upstream.public_url}; this provider's API "
+            f"lives at {suggestion} (set --upstream to that)"
+        )
+    return (
+        f"upstream '{upstream.name}' is {upstream.public_url}; check that it is the "
+        "provider's API base URL including its version path (often /v1), as OpenCode's baseURL "
+        "would be"
+    )
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each ``DEEP_MEMORY_*`` variable that is no setting (a typo is otherwise
+    silently ignored), naming the closest known one."""
+    known = sorted({option.name.upper() for option in OPTIONS} | {"CONFIG"})
+    warnings = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX) :] not in known:
+            # Compared without the common prefix, which would make any two names look alike.
+            close = difflib.get_close_matches(name[len(ENV_PREFIX) :], known, n=1, cutoff=0.6)
+            hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
+            warnings.append(f"environment variable {name} is not a deepmem setting, ignored{hint}")
+    return warnings
+
+
+def startup_warnings(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Likely mistakes in the settings that are no error: unknown ``DEEP_MEMORY_*``
+    variables and upstream URLs of known providers without their version path."""
+    warnings = unknown_environment(os.environ if environ is None else environ)
+    for upstream in settings.upstreams:
+        suggestion = suggested_upstream_url(upstream.url)
+        if suggestion is not None:
+            named = "" if upstream.name == DEFAULT_UPSTREAM_NAME else upstream.name + "="
+            warnings.append(
+                f"upstream '{upstream.name}' is {upstream.public_url}, without the path "
+                "this provider's API lives under: requests will get 404; did you mean "
+                f"--upstream {named}{suggestion}?"
+            )
+    return warnings

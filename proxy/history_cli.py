@@ -20,21 +20,6 @@ from memory.opencode_history import (
 )
 from proxy.cli_io import emit_json, error, positive_int
 
-# argparse destinations of the history subcommands: not settings, so ``main`` leaves them out.
-ARGUMENT_KEYS = frozenset(
-    {
-        "history_command",
-        "opencode_db",
-        "json",
-        "directory",
-        "limit",
-        "session_id",
-        "full",
-        "query",
-        "session",
-    }
-)
-
 USAGE = 2
 FAILED = 1
 

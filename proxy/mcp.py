@@ -26,7 +26,7 @@ from memory.files import LockTimeout
 from memory.state import StateUnavailable
 from memory.store import SECTIONS
 from proxy import __version__, memory_api
-from proxy.expand import expand
+from proxy.expand import LINE_RANGE_HELP, expand
 from proxy.memory_api import MemoryCallError, MemoryService
 from proxy.projects import AmbiguousProject
 
@@ -63,8 +63,8 @@ def _deep_expand(context: ToolContext, arguments: dict[str, Any]) -> str:
         raise ToolError("deep_expand needs 'key', the ccr:… key a deep-memory marker names")
     start, end = arguments.get("start_line"), arguments.get("end_line")
     for name, value in (("start_line", start), ("end_line", end)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ToolError(f"{name} must be a positive line number")
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ToolError(f"{name} must be a line number (an integer)")
     try:
         result = expand(context.originals, key, start, end)
     except StateUnavailable as exc:
@@ -163,14 +163,22 @@ TOOLS: tuple[Tool, ...] = (
         "deep_expand",
         "Return the original, complete text that a '[deep-memory: … — original intact: "
         'deep_expand("ccr:…")]\' marker stands for (an omitted tool output, a removed '
-        "reminder). Pass the key from the marker; optionally start_line/end_line (1-based, "
-        "inclusive) to get part of a long original.",
+        "reminder). Pass the key from the marker; optionally start_line and/or end_line to get "
+        "part of a long original: " + LINE_RANGE_HELP + ".",
         {
             "type": "object",
             "properties": {
                 "key": {"type": "string", "description": "the key from the marker: ccr:<24 hex>"},
-                "start_line": {"type": "integer", "minimum": 1},
-                "end_line": {"type": "integer", "minimum": 1},
+                "start_line": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "first line: the line number shown in the file view",
+                },
+                "end_line": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "last line (inclusive): the line number shown in the file view",
+                },
             },
             "required": ["key"],
         },

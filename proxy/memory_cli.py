@@ -37,30 +37,8 @@ from proxy.config import Settings, add_arguments
 from proxy.memory_api import MemoryCallError
 from proxy.projects import ProjectChoice
 
-# argparse destinations of the memory subcommands: not settings, so ``main`` leaves them out.
-ARGUMENT_KEYS = frozenset(
-    {
-        "memory_command",
-        "project",
-        "global_scope",
-        "json",
-        "query",
-        "limit",
-        "section",
-        "text",
-        "ids",
-        "force",
-        "format",
-        "output",
-        "file",
-        "older_than",
-        "dry_run",
-        "min_count",
-        "checkpoint_command",
-        "session",
-        "raw",
-    }
-)
+# The settings the memory and checkpoint commands read (proxy.memory_api.memory_service).
+MEMORY_SETTINGS = ("data_dir", "memory_dir_name", "memory_similarity", "memory_tokenizer")
 
 USAGE = 2
 FAILED = 1
@@ -112,7 +90,7 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "remove entries by id or by text",
         "Show the entries matching --ids or QUERY (a substring of the entry text, or an id), "
         "then delete exactly those after a 'y' on a terminal, or at once with --force. Without "
-        "a terminal and without --force it only shows them.",
+        "a terminal and without --force it only shows them and exits with status 2.",
     )
     forget.add_argument("query", nargs="?", default=None, help="text (or id) to match")
     forget.add_argument("--ids", default=None, metavar="ID,...", help="entry ids to remove")
@@ -142,7 +120,8 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "cleanup",
         "remove entries by age, section or id",
         "Show the entries matching every given criterion, then remove them after a 'y' on a "
-        "terminal, or at once with --force. --dry-run only shows them.",
+        "terminal, or at once with --force. --dry-run only shows them. Without a terminal and "
+        "without --force it only shows them and exits with status 2.",
     )
     cleanup.add_argument(
         "--older-than", type=_days, default=None, metavar="DAYS", help="dated more than DAYS ago"
@@ -160,8 +139,8 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "(checkpoint.md and sessions/*/checkpoint*.md) and the notes of notes.md; every group "
         "seen in at least --min-count sessions becomes one MEMORY.md entry, unless MEMORY.md "
         "already holds it. Shows what would be added, then adds it after a 'y' on a terminal, "
-        "or at once with --force. Without a terminal and without --force it only shows it; "
-        "--dry-run only shows it.",
+        "or at once with --force. Without a terminal and without --force it only shows it and "
+        "exits with status 2; --dry-run only shows it.",
     )
     consolidate_cmd.add_argument(
         "--min-count",
@@ -175,7 +154,7 @@ def add_memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
     # Last, so that each subcommand's own options come first in its --help.
     for parser in subs.choices.values():
-        add_arguments(parser)
+        add_arguments(parser, MEMORY_SETTINGS)
 
 
 def _sub(
@@ -214,7 +193,7 @@ def add_checkpoint_parser(commands: argparse._SubParsersAction[argparse.Argument
         "--session", metavar="SID", default=None, help="that session's newest archived checkpoint"
     )
     show.add_argument("--raw", action="store_true", help="print the raw history JSON instead")
-    add_arguments(show)
+    add_arguments(show, MEMORY_SETTINGS)
 
 
 CHECKPOINT_DESCRIPTION = """\
@@ -378,7 +357,7 @@ def _remove(
     if not go:
         if args.json:
             emit_json(preview)
-        return 0
+        return cli_io.exit_code_when_not_done(count, args.force)
     result = delete()
     if args.json:
         emit_json(result)
@@ -501,7 +480,7 @@ def _consolidate(args: argparse.Namespace, memory: ProjectMemory, choice: Projec
     if not go:
         if args.json:
             emit_json(_consolidation_json(preview, memory, choice, args.min_count, False))
-        return 0
+        return cli_io.exit_code_when_not_done(count, args.force)
     result = consolidate(store, sources, args.min_count, dry_run=False)
     if args.json:
         emit_json(_consolidation_json(result, memory, choice, args.min_count, True))

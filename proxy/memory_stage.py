@@ -64,6 +64,7 @@ class MemoryReport:
     captured: bool = False
     nudges: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    injected_tokens: int = 0  # estimated tokens this request carries because of memory blocks
 
 
 def message_anchors(users: list[tuple[int, str]]) -> list[str]:
@@ -146,6 +147,7 @@ class MemoryStage:
                 )
             if memo.stable:
                 changed = conversation.append_to_system(memo.stable)
+                report.injected_tokens += estimate_tokens(memo.stable) if changed else 0
         users = conversation.user_messages()
         if not users:
             return changed
@@ -174,6 +176,7 @@ class MemoryStage:
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""
             if text and conversation.append_to_message(index, text):
+                report.injected_tokens += estimate_tokens(text)
                 changed = True
         return changed
 

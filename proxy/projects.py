@@ -92,13 +92,11 @@ class ProjectResolver:
     def for_call(self, argument: str | None, endpoint: str | None) -> ProjectChoice:
         """The project of an MCP/HTTP memory call, by the rule in this module's docstring."""
         if argument:
-            return ProjectChoice(self.check(argument, "project argument"), "argument")
+            return ProjectChoice(self.check(argument, "the 'project' argument's"), "argument")
         if endpoint:
-            return ProjectChoice(self.check(endpoint, "endpoint project"), "endpoint")
+            return ProjectChoice(self.check(endpoint, "the endpoint's"), "endpoint")
         if self.configured is not None:
-            return ProjectChoice(
-                self.check(str(self.configured), "configured project_dir"), "config"
-            )
+            return ProjectChoice(self.check(str(self.configured), "the configured"), "config")
         active = self.active()
         if len(active) == 1:
             return ProjectChoice(active[0], "active session")

@@ -62,6 +62,55 @@ def classify(conversation: Conversation) -> RequestKind:
     return RequestKind.OTHER
 
 
+TITLE_WORDS = 10
+TITLE_CHARS = 80
+
+
+def session_title(conversation: Conversation) -> str | None:
+    """What the dashboard names a session by: the first words of its first user message.
+
+    (OpenCode's own title is the answer to its title request, which streams back untouched
+    and unparsed; the user's opening words are what that title summarises.)
+    """
+    users = conversation.user_message_texts()
+    first_line = next(
+        (line for line in (users[0] if users else "").splitlines() if line.strip()), ""
+    )
+    words = first_line.split()
+    if not words:
+        return None
+    title = " ".join(words[:TITLE_WORDS])
+    cut = len(words) > TITLE_WORDS
+    if len(title) > TITLE_CHARS:
+        title, cut = title[:TITLE_CHARS].rstrip(), True
+    return title + ("…" if cut else "")
+
+
+# What each figure of /stats means, served with it (the dashboard shows the same words).
+STATS_EXPLAIN: dict[str, str] = {
+    "request_tokens.tokens_before": "Estimated tokens of the chat request bodies as the client "
+    "sent them (every kind: agent, title, compaction): what the provider would have read "
+    "without deepmem.",
+    "request_tokens.tokens_after": "Estimated tokens of the same requests as forwarded: "
+    "tokens_before minus what compression removed, plus what memory added.",
+    "request_tokens.cached_before": "Of tokens_before, the prefix each request shares with the "
+    "previous request of its session (a prompt cache would hold it); cached_after likewise.",
+    "request_tokens.cost": "Cache-aware input cost in uncached-token units, as sent "
+    "(original) and as forwarded; saved = original - forwarded, so it nets compression "
+    "against memory added (Anthropic-like 0.1 cached / 1.25 uncached, OpenAI-like 0.5 / 1.0).",
+    "compression.tool_output_tokens_before": "Estimated tokens of the tool outputs in agent "
+    "requests as the client sent them: only the part of tokens_before that compression works "
+    "on, so it is smaller than request_tokens.tokens_before.",
+    "compression.tool_output_tokens_after": "The same tool outputs as forwarded (markers, "
+    "compressed views and pointers included).",
+    "compression.tokens_removed": "tool_output_tokens_before - tool_output_tokens_after: "
+    "what compression took out, never counting what memory added.",
+    "memory.tokens_injected": "Estimated tokens that memory blocks (project memory, recall, "
+    "reminders, resume) added to the forwarded requests, counted in every request that "
+    "carries them.",
+}
+
+
 @dataclass(slots=True)
 class Tally:
     """What the proxy counted, for one session or for all of them."""
@@ -75,14 +124,15 @@ class Tally:
     kinds: Counter[str] = field(default_factory=Counter)
     usage: Usage = field(default_factory=Usage)
     usage_responses: int = 0
-    tokens_before: int = 0  # estimated tool-output tokens as the client sent them
-    tokens_after: int = 0  # the same outputs as forwarded
+    tool_output_tokens_before: int = 0  # estimated, of agent requests, as the client sent them
+    tool_output_tokens_after: int = 0  # the same outputs as forwarded
     outputs_compressed: int = 0
     compression_events: int = 0
     memory_turns: int = 0  # new user messages the memory stage saw
     memory_hits: int = 0  # remembered lines added beside them
     memory_nudges: int = 0
     memory_captures: int = 0
+    tokens_injected: int = 0  # estimated tokens the memory blocks added to forwarded requests
     checkpoints: int = 0  # compactions whose checkpoint was written
     request_tokens: StreamTokens = field(default_factory=StreamTokens)  # whole bodies, estimated
 
@@ -103,8 +153,9 @@ class Tally:
             "fail_opens": self.fail_opens,
             "kinds": dict(self.kinds),
             "compression": {
-                "tokens_before": self.tokens_before,
-                "tokens_after": self.tokens_after,
+                "tool_output_tokens_before": self.tool_output_tokens_before,
+                "tool_output_tokens_after": self.tool_output_tokens_after,
+                "tokens_removed": self.tool_output_tokens_before - self.tool_output_tokens_after,
                 "outputs_compressed": self.outputs_compressed,
                 "events": self.compression_events,
             },
@@ -113,6 +164,7 @@ class Tally:
                 "hits": self.memory_hits,
                 "nudges": self.memory_nudges,
                 "captures": self.memory_captures,
+                "tokens_injected": self.tokens_injected,
                 "checkpoints": self.checkpoints,
             },
             "usage_seen": {"responses": self.usage_responses, **self.usage.as_dict()},
@@ -129,9 +181,18 @@ class RequestRecord:
     kind: str
     tokens: StreamTokens
     status: int = 0  # the upstream's status; 0 while it is being answered
+    tokens_removed: int = 0  # by compression, of its tool outputs (estimated)
+    tokens_injected: int = 0  # by memory blocks (estimated)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "kind": self.kind, "status": self.status, **self.tokens.as_dict()}
+        return {
+            "at": self.at,
+            "kind": self.kind,
+            "status": self.status,
+            **self.tokens.as_dict(),
+            "tokens_removed": self.tokens_removed,
+            "tokens_injected": self.tokens_injected,
+        }
 
 
 @dataclass(slots=True)
@@ -142,6 +203,7 @@ class Session:
     parent_id: str | None = None
     upstream: str | None = None
     project: str | None = None
+    title: str | None = None  # the first words of the session's first user message
     tally: Tally = field(default_factory=Tally)
     last_usage: Usage | None = None
     last_usage_at: float | None = None
@@ -153,6 +215,7 @@ class Session:
             "parent_id": self.parent_id,
             "upstream": self.upstream,
             "project": self.project,
+            "title": self.title,
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
             "last_usage": self.last_usage.as_dict() if self.last_usage else None,

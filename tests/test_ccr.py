@@ -8,9 +8,12 @@ import sys
 import pytest
 
 from compressors.markers import ccr_key, gap_line, marker, marker_keys, normalize_key
+from compressors.outputs import Budget, ToolOutput
+from compressors.registry import compress_output
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
 from memory.state import StateUnavailable
+from tests.conftest import CAPTURES
 
 ORIGINAL = "line one\nzwei — drei\n\U0001f600 emoji\nlone \udcff surrogate\nlast"
 
@@ -180,3 +183,113 @@ def test_originals_are_written_in_one_transaction(tmp_path):
         store.put_many({ccr_key(small): small, ccr_key(large): large})
     assert OriginalStore(open_database(path)).get(ccr_key(small)) is None
     assert store.get(ccr_key(small)) is None
+
+
+# --- line ranges address the line numbers the model sees (issue 10, item 19) -------------------
+
+READ_OUTPUT = (CAPTURES / "read-output-lines-2550-2769.txt").read_text(encoding="utf-8")
+
+
+def _shown(first: int, last: int) -> bytes:
+    """Lines first..last as the OpenCode read output shows them, ``N: `` prefix included."""
+    wanted = [line for line in READ_OUTPUT.split("\n") if line.split(":")[0].isdigit()]
+    return "\n".join(line for line in wanted if first <= int(line.split(":")[0]) <= last).encode()
+
+
+def test_a_compressed_read_view_shows_the_numbers_that_expand_takes():
+    output = ToolOutput(READ_OUTPUT, "read", '{"filePath": "src/extension.ts", "offset": 2550}')
+    compressed = compress_output(output, Budget(len(READ_OUTPUT) // 4, 1))
+    assert compressed is not None and compressed[0] == "file_read"
+    assert compressed[1].omitted.endswith("(start_line/end_line: the line numbers shown)")
+    shown = [line for line in compressed[1].text.split("\n") if line[:4] == "2769"]
+    assert shown == ["2769: \t\tawait store.initialize(); // T039 restart-restore"]
+
+
+async def test_http_expand_ranges_use_the_numbers_shown_in_a_read_view(proxy, client):
+    key = ccr_key(READ_OUTPUT)
+    proxy.state.stores.originals.put_many({key: READ_OUTPUT})
+    url = f"{proxy.url}/expand/ccr:{key}"
+    async with client.get(f"{url}?start_line=2765&end_line=2767") as response:
+        assert response.status == 200
+        body = await response.read()
+    assert body == _shown(2765, 2767)
+    assert body.split(b"\n")[0] == b"2765: \t\tconst store = new AgentChatSessionStore({"
+    async with client.get(f"{url}?start_line=2768") as response:  # to the end of the view
+        assert await response.read() == _shown(2768, 2769)
+    async with client.get(f"{url}?start_line=2767&end_line=2765") as response:
+        assert response.status == 400
+        error = (await response.json())["error"]
+    assert error["code"] == "bad_range" and "after end_line" in error["message"]
+    async with client.get(f"{url}?start_line=0&end_line=3") as response:
+        assert response.status == 400 and (await response.json())["error"]["code"] == "bad_range"
+    async with client.get(f"{url}?start_line=10&end_line=20") as response:
+        assert response.status == 416
+        error = (await response.json())["error"]
+    assert error["code"] == "out_of_range" and "shows lines 2550-2769" in error["message"]
+
+
+async def test_mcp_deep_expand_ranges_use_the_numbers_shown_and_reject_inverted_ones(proxy, client):
+    key = ccr_key(READ_OUTPUT)
+    proxy.state.stores.originals.put_many({key: READ_OUTPUT})
+    tools = await _rpc(client, proxy.url, "tools/list")
+    deep_expand = next(t for t in tools["result"]["tools"] if t["name"] == "deep_expand")
+    assert "line numbers shown in a file view" in deep_expand["description"]
+    assert (
+        "line number shown" in deep_expand["inputSchema"]["properties"]["start_line"]["description"]
+    )
+    arguments = {"key": f"ccr:{key}", "start_line": 2600, "end_line": 2602}
+    call = await _rpc(
+        client, proxy.url, "tools/call", {"name": "deep_expand", "arguments": arguments}
+    )
+    assert call["result"]["isError"] is False
+    assert call["result"]["content"][0]["text"].encode() == _shown(2600, 2602)
+    arguments = {"key": f"ccr:{key}", "start_line": 2602, "end_line": 2600}
+    call = await _rpc(
+        client, proxy.url, "tools/call", {"name": "deep_expand", "arguments": arguments}
+    )
+    assert call["result"]["isError"] is True
+    assert "after end_line" in call["result"]["content"][0]["text"]
+
+
+@pytest.mark.slow
+def test_cli_expand_ranges_use_the_numbers_shown_and_exit_2_on_an_inverted_range(tmp_path):
+    data = tmp_path / "data"
+    key = ccr_key(READ_OUTPUT)
+    OriginalStore(open_database(data / DB_NAME)).put_many({key: READ_OUTPUT})
+    command = [sys.executable, "-m", "proxy", "expand", key, "--data-dir", str(data)]
+    run = subprocess.run(
+        [*command, "--start-line", "2700", "--end-line", "2701"], capture_output=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == _shown(2700, 2701)
+    inverted = subprocess.run(
+        [*command, "--start-line", "2701", "--end-line", "2700"], capture_output=True, timeout=60
+    )
+    assert inverted.returncode == 2 and b"after end_line" in inverted.stderr
+
+
+def test_expand_ranges_in_other_numbered_views_and_in_plain_text(tmp_path):
+    from proxy.expand import expand
+
+    store = OriginalStore(open_database(tmp_path / DB_NAME))
+    header = "Here's the result of running `cat -n` on /repo/app.py:"
+    cat_n = "\n".join([header, *(f"{n:6d}\tvalue_{n} = {n}" for n in range(40, 90))])
+    plain = "\n".join(f"log line {n}" for n in range(1, 51))
+    store.put_many({ccr_key(cat_n): cat_n, ccr_key(plain): plain})
+
+    shown = expand(store, ccr_key(cat_n), 41, 42)
+    assert shown.content == b"    41\tvalue_41 = 41\n    42\tvalue_42 = 42"
+    tail = expand(store, ccr_key(cat_n), 88, 500)  # clipped to what the view shows
+    assert tail.content == b"    88\tvalue_88 = 88\n    89\tvalue_89 = 89"
+    outside = expand(store, ccr_key(cat_n), 1, 5)
+    assert outside.content is None and outside.problem == "out_of_range"
+    assert outside.error == (
+        "lines 1-5: this file view shows lines 40-89 of the file (start_line/end_line are the "
+        "line numbers shown in the view)"
+    )
+    # Without line numbers, ranges count the original's own lines.
+    assert expand(store, ccr_key(plain), 2, 3).content == b"log line 2\nlog line 3"
+    beyond = expand(store, ccr_key(plain), 60, 70)
+    assert beyond.problem == "out_of_range" and "the original has 50 lines" in (beyond.error or "")
+    inverted = expand(store, ccr_key(plain), 3, 2)
+    assert inverted.problem == "bad_range" and inverted.content is None

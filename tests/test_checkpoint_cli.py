@@ -217,15 +217,18 @@ def test_consolidate_preview_without_a_terminal_adds_nothing(
     cli: Cli, two_sessions: dict[str, str]
 ) -> None:
     preview = cli("memory", "consolidate")
-    assert preview.code == 0, preview.err
+    assert preview.code == 2, preview.err
     assert "would add 1, skipped 0" in preview.out
     assert f"+ [Decisions] {SHARED_DECISION} (2 sources)" in preview.out
     assert "line(s) seen in fewer than 2 sources not shown" in preview.out
-    assert "not added: no terminal to confirm; rerun with --force to add 1" in preview.out
+    assert (
+        "not added: confirmation needed and there is no terminal to ask on; "
+        "rerun with --force to add 1"
+    ) in preview.err
     assert cli.memory_md() is None
 
     as_json = cli("memory", "consolidate", "--json")
-    assert as_json.code == 0
+    assert as_json.code == 2
     assert as_json.json["written"] is False
     assert [c["text"] for c in as_json.json["added"]] == [SHARED_DECISION]
     assert sorted(as_json.json["added"][0]["sources"]) == [ALPHA, BETA]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from proxy.cli import build_parser, main
@@ -11,6 +14,7 @@ from proxy.config import (
     ConfigError,
     load_settings,
     parse_upstreams,
+    unknown_environment,
 )
 
 
@@ -119,3 +123,95 @@ def test_readme_configuration_table_is_generated_from_options():
 
     text = README.read_text(encoding="utf-8")
     assert render(text) == text, "README is out of date: run `python -m proxy.docs`"
+
+
+# --- what a new user hits on the command line (issue 10, item 26) -------------------------------
+
+
+def test_subcommands_offer_only_the_settings_they_read(capsys):
+    with pytest.raises(SystemExit):
+        main(["memory", "search", "--help"])
+    text = capsys.readouterr().out
+    assert "--data-dir" in text and "--memory-dir-name" in text and "--limit" in text
+    for serve_only in ("--upstream", "--compress", "--port", "--admin-token", "--tail-tokens"):
+        assert serve_only not in text, serve_only
+    assert len(text.splitlines()) < 50
+    with pytest.raises(SystemExit):
+        main(["expand", "--help"])
+    text = capsys.readouterr().out
+    assert "--retention-days" in text and "--upstream" not in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["serve", "--bogus"], "usage: deepmem serve "),
+        (["memory", "search", "x", "--bogus"], "usage: deepmem memory search "),
+        (["history", "sessions", "--bogus"], "usage: deepmem history sessions "),
+        (["--bogus"], "usage: deepmem "),
+    ],
+)
+def test_an_unknown_option_is_reported_with_its_subcommands_usage(capsys, argv, usage):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and "unrecognized arguments: --bogus" in err
+
+
+def test_unknown_environment_variables_are_named_with_the_closest_setting():
+    assert unknown_environment(
+        {"DEEP_MEMORY_PORTT": "1", "DEEP_MEMORY_PORT": "1", "DEEP_MEMORY_XYZZY": "1", "HOME": "/"}
+    ) == [
+        "environment variable DEEP_MEMORY_PORTT is not a deepmem setting, ignored; "
+        "did you mean DEEP_MEMORY_PORT?",
+        "environment variable DEEP_MEMORY_XYZZY is not a deepmem setting, ignored",
+    ]
+    assert unknown_environment({"DEEP_MEMORY_CONFIG": "x", "DEEP_MEMORY_ADMIN_TOKEN": "t"}) == []
+
+
+def test_a_command_warns_about_a_mistyped_variable(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DEEP_MEMORY_ALLOWED_ROOT", str(tmp_path))
+    code = main(["memory", "stats", "--project", str(tmp_path), "--data-dir", str(tmp_path)])
+    assert code == 0
+    assert capsys.readouterr().err == (
+        "deepmem: warning: environment variable DEEP_MEMORY_ALLOWED_ROOT is not a deepmem "
+        "setting, ignored; did you mean DEEP_MEMORY_ALLOWED_ROOTS?\n"
+    )
+
+
+@pytest.mark.slow
+def test_serve_logs_its_data_dir_roots_and_environment_mistakes(tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "DEEP_MEMORY_DATA_DIR": str(tmp_path / "data"),
+        "DEEP_MEMORY_ALLOWED_ROOTS": f"{tmp_path},/srv/projects",
+        "DEEP_MEMORY_PORTT": "9999",
+    }
+    served = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert served.stderr is not None
+        lines = [served.stderr.readline() for _ in range(4)]
+    finally:
+        served.terminate()
+        served.wait(timeout=10)
+    assert "WARNING" in lines[0] and "DEEP_MEMORY_PORTT" in lines[0]
+    assert "did you mean DEEP_MEMORY_PORT?" in lines[0]
+    assert (
+        "WARNING" in lines[1] and "allowed roots that do not exist here: /srv/projects" in lines[1]
+    )
+    assert "listening on http://127.0.0.1:0" in lines[2]
+    assert (
+        lines[3]
+        .rstrip()
+        .endswith(
+            f"data dir {tmp_path / 'data'}; project memory: project_dir unset (taken from each "
+            f"request), allowed roots {tmp_path}, /srv/projects"
+        )
+    )

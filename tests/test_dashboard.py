@@ -465,9 +465,27 @@ ROWS = "document.querySelectorAll('#sessions tbody tr').length"
 BARS = "document.querySelectorAll('#chart svg g.req').length"
 
 
+TITLE_REQUEST = orjson.dumps(
+    {
+        "model": "m",
+        "stream": True,
+        "messages": [
+            {"role": "system", "content": "You are a title generator. Output a thread title."},
+            {"role": "user", "content": "Generate a title for this conversation:\n"},
+            {"role": "user", "content": "Fix the billing report"},
+        ],
+    }
+)
+
+
 @pytest.mark.slow
 async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
     requests = await _traffic(proxy, upstream, client)
+    async with client.post(
+        proxy.url + "/v1/chat/completions", data=TITLE_REQUEST, headers={"x-session-id": SESSION}
+    ) as response:
+        await response.read()
+    requests += 1
     async with chromium_page(tmp_path) as page:
         await page.navigate(proxy.url + "/")
         await page.wait_for(f"{ROWS} === 2")
@@ -476,18 +494,32 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
                 [row.dataset.session, ...[...row.cells].map(c => c.title || c.textContent)])"""
         )
         row = {cells[0]: cells[1:] for cells in rows}[SESSION]
-        figures = proxy.state.sessions.get(SESSION).tally.request_tokens
+        tally = proxy.state.sessions.get(SESSION).tally
+        figures = tally.request_tokens
+        removed = tally.tool_output_tokens_before - tally.tool_output_tokens_after
         costs = figures.costs()
-        assert costs["anthropic"]["saved"] > 0 and costs["openai"]["saved"] > 0
-        # session, upstream, last seen, requests, before, after, reduction, saved x2, errors
-        assert row[0] == SESSION and row[1] == "default"
-        assert row[3:6] == [str(requests), f"{figures.tokens_in:,}", f"{figures.tokens_out:,}"]
-        assert row[6] == f"{100 * (1 - figures.tokens_out / figures.tokens_in):.1f}%"
-        assert row[7:] == [
+        assert costs["anthropic"]["saved"] > 0 and costs["openai"]["saved"] > 0 and removed > 0
+        # session, title, project, upstream, last seen, requests, received, compressed away
+        # (with its share of received), memory added, saved x2, errors
+        assert row[0] == SESSION and row[3] == "default"
+        assert row[1] == proxy.state.sessions.get(SESSION).title and row[1]
+        assert row[2] == "no project: memory went to the global memory"
+        assert row[5:8] == [str(requests), f"{figures.tokens_in:,}", f"{removed:,}"]
+        share = await page.evaluate(
+            f"document.querySelector('tr[data-session=\"{SESSION}\"]').cells[7]"
+            ".querySelector('span').textContent"
+        )
+        assert share == f" · {100 * removed / figures.tokens_in:.1f}%"
+        assert row[8] == "0"  # no project, no memory blocks
+        assert row[9:] == [
             f"{math.floor(costs['anthropic']['saved'] + 0.5):,}",  # JavaScript's Math.round
             f"{math.floor(costs['openai']['saved'] + 0.5):,}",
             "1",
         ]
+        explained = await page.evaluate(
+            "[...document.querySelectorAll('#sessions th[data-explain]')].map(th => th.title)"
+        )
+        assert explained and all(explained)
 
         totals = await page.evaluate(
             """Object.fromEntries([...document.querySelectorAll('#totals .card')].map(
@@ -495,7 +527,12 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         )
         assert totals["requests"] == str(requests + 1)
         assert totals["expands"] == "1" and totals["errors"] == "1"
+        assert totals["tokens_injected"] == "0" and totals["tokens_removed"] != "0"
         assert "estimated" in await page.evaluate("document.body.innerText")
+        card_titles = await page.evaluate(
+            "[...document.querySelectorAll('#totals .card[title]')].map(c => c.dataset.k)"
+        )
+        assert {"tokens_before", "tokens_removed", "tokens_injected"} <= set(card_titles)
 
         # Select the small session, then the big one by clicking its row.
         await page.evaluate(f"document.querySelector('tr[data-session=\"{OTHER}\"]').click()")
@@ -513,6 +550,8 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         assert all(before > 0 and after > 0 for before, after in heights)
         assert any(after < before for before, after in heights)  # compression shows
         assert await page.evaluate("document.querySelectorAll('#chart circle.err').length") == 1
+        marks = "[...document.querySelectorAll('#chart text.mark')].map(t => t.textContent)"
+        assert await page.evaluate(marks) == ["T"]  # the title request is marked
         assert SESSION in await page.evaluate("document.getElementById('detail-title').textContent")
 
         shot = tmp_path / "dashboard.png"

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from proxy.config import unknown_environment
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 IMAGE_PORT = 8787
@@ -150,11 +152,105 @@ def test_dockerfile_declares_what_the_image_needs() -> None:
     assert f"{IMAGE_PORT}" in image.exposed or f"{IMAGE_PORT}/tcp" in image.exposed
     assert image.user.split(":")[0] not in {"root", "0", ""}, f"USER is root: {image.user!r}"
     assert image.env.get("DEEP_MEMORY_DATA_DIR") == "/data"
-    assert "/data" in image.volumes and "/workspace" in image.volumes
+    # Only state is a volume: a forgotten project mount must not become an anonymous volume.
+    assert image.volumes == ["/data"]
+    assert "DEEP_MEMORY_ALLOWED_ROOTS" not in image.env
     assert any(f"127.0.0.1:{IMAGE_PORT}/health" in arg for arg in image.healthcheck)
     assert "curl" not in " ".join(image.healthcheck), "the slim image has no curl"
     for sources in image.copy_sources:
         copied_files(sources)  # asserts that `docker build` would find them
+
+
+@dataclass(frozen=True)
+class RunExample:
+    """The `docker run` example of the Dockerfile's header."""
+
+    mounts: list[tuple[str, str]]  # (host, container)
+    env: dict[str, str]
+    published: list[str]
+    user: str | None
+    image_args: list[str]  # after the image name: appended to the ENTRYPOINT
+
+
+def header_run_example() -> RunExample:
+    header = []
+    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line.lstrip("#").strip())
+    text = "\n".join(header).replace("\\\n", " ")
+    command = next(line for line in text.splitlines() if line.startswith("docker run "))
+    argv = shlex.split(command)[2:]
+    mounts, env, published, user = [], {}, [], None
+    takes_value = {"-v", "--volume", "-e", "--env", "-p", "--publish", "--user", "-u", "--name"}
+    while argv[0].startswith("-"):
+        flag = argv.pop(0)
+        if flag not in takes_value:
+            continue
+        value = argv.pop(0)
+        if flag in ("-v", "--volume"):
+            host, _, container = value.partition(":")
+            mounts.append((host, container))
+        elif flag in ("-e", "--env"):
+            key, _, val = value.partition("=")
+            env[key] = val
+        elif flag in ("-p", "--publish"):
+            published.append(value)
+        elif flag in ("--user", "-u"):
+            user = value
+    assert argv and argv[0] == "deepmem", f"the example runs another image: {argv!r}"
+    return RunExample(mounts, env, published, user, argv[1:])
+
+
+def test_the_header_example_gives_project_memory_and_admin_access_from_the_host() -> None:
+    example = header_run_example()
+    # Published on the host's loopback only.
+    assert example.published == [f"127.0.0.1:{IMAGE_PORT}:{IMAGE_PORT}"]
+    # The project is mounted at the path the host (and OpenCode's working directory) uses,
+    # so resume and handoff paths are host paths, and that path is an allowed root.
+    assert ("$PWD", "$PWD") in example.mounts
+    assert example.env["DEEP_MEMORY_ALLOWED_ROOTS"] == "$PWD"
+    # /data is a directory of the user's, writable under --user.
+    assert any(container == "/data" for _, container in example.mounts)
+    assert example.user is not None
+    # From the host, admin requests arrive from the Docker bridge: they need the token.
+    assert example.env["DEEP_MEMORY_ADMIN_TOKEN"]
+    assert unknown_environment(example.env) == []
+    assert example.image_args[0] == "--upstream"
+
+
+async def test_health_is_degraded_when_the_project_is_not_mounted(
+    start_proxy, client, tmp_path: Path
+) -> None:
+    """What the header example gives when `-v "$PWD:$PWD"` is forgotten: $PWD is no path in
+    the container; and a configured project_dir that is refused is a problem, not a log line."""
+    host_project = tmp_path / "home" / "me" / "project"  # never created: not mounted
+    proxy = await start_proxy(allowed_roots=str(host_project))
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 503
+        health = await response.json()
+    assert health["status"] == "degraded"
+    assert health["problems"]["allowed_roots"].startswith(
+        f"no allowed root exists here ({host_project}): every project directory is refused"
+    )
+
+    roots = tmp_path / "root"
+    roots.mkdir()
+    proxy = await start_proxy(allowed_roots=str(roots), project_dir="/workspace")
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 503
+        problems = (await response.json())["problems"]
+    assert set(problems) == {"project_dir"}
+    assert problems["project_dir"].startswith(
+        "the configured project directory '/workspace' refused: "
+    )
+    assert problems["project_dir"].endswith("project memory is off for every request")
+
+    mounted = roots / "project"
+    mounted.mkdir()
+    proxy = await start_proxy(allowed_roots=str(roots), project_dir=str(mounted))
+    async with client.get(proxy.url + "/health") as response:
+        assert response.status == 200 and (await response.json())["problems"] == {}
 
 
 def copied_files(sources: list[str]) -> list[str]:
@@ -264,10 +360,16 @@ def test_image_commands_work_in_a_fresh_venv(tmp_path: Path) -> None:
     )
     assert pip.returncode == 0, f"pip install failed:\n{pip.stdout[-2000:]}\n{pip.stderr[-4000:]}"
 
-    workspace = tmp_path / "workspace"  # WORKDIR /workspace
+    workspace = tmp_path / "workdir"  # WORKDIR /home/deepmem
     workspace.mkdir()
     data_dir = tmp_path / "data"  # stands in for ENV DEEP_MEMORY_DATA_DIR=/data
-    env = clean_env(**{**image.env, "DEEP_MEMORY_DATA_DIR": str(data_dir)})
+    # The header's `docker run` example: its project mount ("$PWD:$PWD") makes the host's
+    # project directory exist at the same path, which the example allows.
+    example = header_run_example()
+    project = tmp_path / "home" / "me" / "project"
+    project.mkdir(parents=True)
+    example_env = {key: value.replace("$PWD", str(project)) for key, value in example.env.items()}
+    env = clean_env(**{**image.env, **example_env, "DEEP_MEMORY_DATA_DIR": str(data_dir)})
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
 
     where = subprocess.run(
@@ -285,7 +387,8 @@ def test_image_commands_work_in_a_fresh_venv(tmp_path: Path) -> None:
 
     # The ENTRYPOINT, run from the venv, on a free port instead of the image's 8787.
     port = free_port()
-    argv = [str(bin_dir / image.entrypoint[0]), *image.entrypoint[1:], "--port", str(port)]
+    argv = [str(bin_dir / image.entrypoint[0]), *image.entrypoint[1:], *example.image_args]
+    argv += ["--port", str(port)]
     # The HEALTHCHECK as the image would run it, with two substitutions: `python` is the
     # venv's interpreter, and the image's port 8787 becomes the port chosen above.
     health_argv = [str(python) if image.healthcheck[0] == "python" else image.healthcheck[0]]
@@ -306,6 +409,14 @@ def test_image_commands_work_in_a_fresh_venv(tmp_path: Path) -> None:
             f"server log:\n{output_of(stderr_path)}"
         )
         assert data_dir.is_dir(), "the server did not create DEEP_MEMORY_DATA_DIR"
+        token = example.env["DEEP_MEMORY_ADMIN_TOKEN"]
+        stats = urllib.request.Request(
+            f"http://127.0.0.1:{port}/stats", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(stats, timeout=5) as answer:
+            assert answer.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            assert json.loads(answer.read())["problems"] == {}
 
         proc.send_signal(signal.SIGTERM)  # what `docker stop` sends to the ENTRYPOINT process
         try:

@@ -108,8 +108,15 @@ def test_forget_previews_without_a_terminal_then_deletes_with_force(cli: Cli) ->
     cli("store", "Gotchas", "Ruff format must run before commit")
 
     preview = cli("forget", "sqlite")
-    assert preview.code == 0
-    assert "2 entries matched" in preview.out and "--force" in preview.out
+    assert preview.code == 2  # nothing deleted: a script must not take this for success
+    assert "2 entries matched" in preview.out
+    assert preview.err == (
+        "deepmem: not deleted: confirmation needed and there is no terminal to ask on; "
+        "rerun with --force to delete 2\n"
+    )
+    as_json = cli("forget", "sqlite", "--json")
+    assert as_json.code == 2 and len(as_json.json["matched"]) == 2
+    assert cli("forget", "kubernetes").code == 0  # nothing matched: nothing to confirm
     assert len(cli.texts()) == 3
 
     deleted = cli("forget", "sqlite", "--force")
@@ -244,8 +251,10 @@ def test_cleanup_older_than_dry_run_then_force(cli: Cli, tmp_path: Path) -> None
     assert dry.code == 0 and "2 entries matched" in dry.out and "nothing removed" in dry.out
     assert len(cli.texts(aged)) == 3
 
-    preview = cli("cleanup", "--older-than", "30", project=aged)
-    assert "not deleted" in preview.out and len(cli.texts(aged)) == 3
+    preview = cli("cleanup", "--older-than", "30", project=aged)  # no terminal, no --force
+    assert preview.code == 2 and "2 entries matched" in preview.out
+    assert "not deleted: confirmation needed" in preview.err and "--force" in preview.err
+    assert len(cli.texts(aged)) == 3
 
     facts = ("cleanup", "--older-than", "30", "--section", "facts", "--json", "--force")
     only_facts = cli(*facts, project=aged).json

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from compressors.view import Dialect, parse_conversation
 from proxy.projects import ProjectResolver
 
@@ -42,3 +44,22 @@ def test_a_vanished_directory_is_looked_up_again(tmp_path):
     assert resolver.for_request(None, chat(f"Working directory: {project}"), "s").path == project
     project.rmdir()
     assert resolver.for_request(None, chat(f"Working directory: {project}"), "s").path is None
+
+
+def test_a_refused_call_project_names_its_source_once(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    resolver = ProjectResolver(outside, (root,))
+    messages = []
+    for argument, endpoint in ((str(outside), None), (None, str(outside)), (None, None)):
+        with pytest.raises(ValueError) as refused:
+            resolver.for_call(argument, endpoint)
+        messages.append(str(refused.value))
+    assert [message.split(" '/")[0] for message in messages] == [
+        "the 'project' argument's project directory",
+        "the endpoint's project directory",
+        "the configured project directory",
+    ]
+    assert all("project project" not in message for message in messages)

@@ -76,7 +76,8 @@ async def test_older_outputs_arrive_compressed_and_expand(proxy, upstream, clien
             assert response.status == 200
             assert (await response.read()).decode() == messages[index]["content"]
     stats = proxy.state.sessions.get("ses_compress").tally
-    assert stats.outputs_compressed == 2 and stats.tokens_after < stats.tokens_before
+    assert stats.outputs_compressed == 2
+    assert stats.tool_output_tokens_after < stats.tool_output_tokens_before
 
 
 async def test_same_bytes_after_a_restart(start_proxy, upstream, client, tmp_path):

@@ -139,6 +139,7 @@ class FileView:
     is_file_line: list[bool]
     content_start: list[int]  # where the file's own text starts in each file line
     starts_at_top: bool  # the view begins with the file's first line
+    numbered: bool  # every file line shows its line number
 
 
 def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
@@ -243,6 +244,8 @@ def _omitted(view: FileView, kept: Sequence[int], cut: dict[int, str]) -> str:
     cut_count = sum(1 for index in kept if index in cut)
     if cut_count:
         phrase += f", the end of {cut_count} long line{'s' if cut_count > 1 else ''} cut"
+    if view.numbered:  # deep_expand's start_line/end_line take these numbers (proxy/expand.py)
+        phrase += " (start_line/end_line: the line numbers shown)"
     return phrase
 
 
@@ -281,7 +284,22 @@ def _parse(text: str) -> FileView | None:
     if wrapper > max(2000, len(text) // 4):
         return None
     starts = [m.end() if flag and m else 0 for m, flag in zip(matches, is_file_line, strict=True)]
-    return FileView(lines, is_file_line, starts, numbers[0] <= 1)
+    return FileView(lines, is_file_line, starts, numbers[0] <= 1, numbered=True)
+
+
+def shown_line_numbers(text: str) -> list[tuple[int, int]] | None:
+    """For a numbered file view, (the number a line shows, its index in ``text.split("\\n")``)
+    for each file line in order; None when ``text`` is not a numbered file view. Wrapper lines
+    (OpenCode's ``<path>``/``<content>``, SWE-agent's ``[File: …]``) have no number."""
+    view = _parse(text)
+    if view is None:
+        return None
+    numbered: list[tuple[int, int]] = []
+    for index, (line, flag) in enumerate(zip(view.lines, view.is_file_line, strict=True)):
+        match = flag and (_NUMBER_PREFIX.match(line, 0, 24) or _PADDED_NUMBER.match(line, 0, 24))
+        if match:
+            numbered.append((int(match.group(1)), index))
+    return numbered
 
 
 def _prints_a_file(output: ToolOutput) -> bool:
@@ -305,7 +323,7 @@ def _parse_plain(text: str) -> FileView | None:
     filled = sum(1 for line in lines if line.strip())
     if filled < MIN_FILE_LINES * 2 or filled < len(lines) // 2:
         return None
-    return FileView(lines, [True] * len(lines), [0] * len(lines), True)
+    return FileView(lines, [True] * len(lines), [0] * len(lines), True, numbered=False)
 
 
 # --- choosing lines ---------------------------------------------------------------------------

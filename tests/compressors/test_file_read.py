@@ -82,7 +82,10 @@ def test_opencode_read_keeps_wrapper_structure_and_line_numbers() -> None:
     _check_gaps(lines, out, r"\d+: ")
     total = len(source)
     shown = _numbered_count(out, r"\d+: ")
-    assert result.omitted == f"{total - shown} of {total} file lines omitted"
+    assert result.omitted == (
+        f"{total - shown} of {total} file lines omitted "
+        "(start_line/end_line: the line numbers shown)"
+    )
 
 
 def test_swe_agent_open_keeps_header_counts_and_trailer() -> None:

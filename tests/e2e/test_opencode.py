@@ -343,7 +343,7 @@ class Verdict:
             return
         compression, memory = stats["compression"], stats["memory"]
         self.check(
-            compression["tokens_before"] > compression["tokens_after"] > 0,
+            compression["tool_output_tokens_before"] > compression["tool_output_tokens_after"] > 0,
             f"/stats shows no tokens saved: {compression}",
         )
         self.check(compression["outputs_compressed"] >= 2, f"/stats: {compression}")
@@ -392,8 +392,8 @@ class Verdict:
                 'kind="resume"' in e.text for r in after_compaction for e in r.entries
             ),
             "stats_tokens": {
-                "before": compression.get("tokens_before"),
-                "after": compression.get("tokens_after"),
+                "before": compression.get("tool_output_tokens_before"),
+                "after": compression.get("tool_output_tokens_after"),
             },
             "checkpoints": stats.get("memory", {}).get("checkpoints"),
             "session_id": self.session_id,
