@@ -43,6 +43,11 @@ class Resolution:
     source: str | None  # "config", "header", "system_prompt" or None
     reason: str
 
+    @property
+    def refused(self) -> bool:
+        """A project was named but may not be used: none of its text is kept anywhere."""
+        return self.path is None and self.source is not None
+
 
 def working_directory_from_prompt(system_prompt: str) -> str | None:
     """The path on OpenCode's `Working directory: /path` line, if any."""

@@ -318,14 +318,20 @@ class MemoryIndex:
         now: date | datetime | None = None,
         *,
         entries_per_hit: int = 3,
+        min_coverage: float = 0.0,
     ) -> list[Hit]:
-        """The best ``limit`` sections for ``query`` (``|`` separates OR phrases)."""
+        """The best ``limit`` sections for ``query`` (``|`` separates OR phrases).
+
+        ``min_coverage`` is a relevance floor: a section must hold query terms carrying at
+        least that fraction of the phrase's idf mass (a term the index has never seen counts
+        like the rarest one it has), so one word of a long message matches nothing.
+        """
         self.refresh()
         phrases = parse_query(query, self.mode)
         if not phrases or not self._documents or limit <= 0:
             return []
         today = _as_date(now)
-        scores = self._phrase_max(phrases)
+        scores = self._phrase_max(phrases, min_coverage)
         decay = self._decay_factors(today)
         ranked = heapq.nlargest(
             limit,
@@ -346,10 +352,15 @@ class MemoryIndex:
         scores = self._phrase_max(parse_query(query, self.mode))
         return [scores.get(doc, 0.0) for doc in range(len(self._documents))]
 
-    def _phrase_max(self, phrases: list[list[str]]) -> dict[int, float]:
-        best = self._score_terms(phrases[0])
-        for terms in phrases[1:]:
-            for doc, score in self._score_terms(terms).items():
+    def _phrase_max(self, phrases: list[list[str]], min_coverage: float = 0.0) -> dict[int, float]:
+        best: dict[int, float] = {}
+        for terms in phrases:
+            scores = self._score_terms(terms)
+            if min_coverage > 0:
+                floor = min_coverage * self._idf_mass(terms)
+                covered = self._covered_mass(terms)
+                scores = {doc: score for doc, score in scores.items() if covered[doc] >= floor}
+            for doc, score in scores.items():
                 if score > best.get(doc, 0.0):
                     best[doc] = score
         return best
@@ -365,6 +376,22 @@ class MemoryIndex:
             for doc, weight in zip(*posting, strict=True):
                 scores[doc] = get(doc, 0.0) + idf * weight
         return scores
+
+    def _idf_mass(self, terms: list[str]) -> float:
+        """The query's idf mass; a term the memory never mentions counts like its rarest."""
+        unseen = max(self._idf.values(), default=0.0)
+        return sum(self._idf.get(term, unseen) for term in terms)
+
+    def _covered_mass(self, terms: list[str]) -> dict[int, float]:
+        """Per document, the idf mass of the query terms it contains."""
+        covered: dict[int, float] = {}
+        for term in terms:
+            posting = self._postings.get(term)
+            if posting is not None:
+                idf = self._idf[term]
+                for doc in posting[0]:
+                    covered[doc] = covered.get(doc, 0.0) + idf
+        return covered
 
     def _decay_factors(self, today: date) -> list[float]:
         """Per-document decay for ``today``, computed once per day and index version."""

@@ -120,6 +120,10 @@ class MemoryStage:
         context.reports[REPORT] = report
         if resolution.path is None and log.isEnabledFor(logging.DEBUG):
             log.debug("session %s: no project memory (%s)", context.session_id, resolution.reason)
+        if resolution.refused:
+            # A directory outside the allowed roots: its messages are neither captured (not
+            # even into the global memory) nor answered with memory of other projects.
+            return False
         memory = self.catalog.get(resolution.path)
         memo = self.memo.load(context.session_id)
         changed = False

@@ -398,3 +398,19 @@ def test_history_cache_is_bounded_in_sessions_and_bytes():
     assert sum(cache.get(f"s{n}") is not None for n in range(5)) == 1  # 900 + 100 <= 1000
     cache.remember("huge", Dialect.ANTHROPIC, b"z" * 2000)  # larger than the whole cache
     assert cache.get("huge") is None and cache.get("big") is not None
+
+
+async def test_a_refused_projects_compaction_keeps_nothing(start_proxy, upstream, client, tmp_path):
+    home, _ = make_project(tmp_path, None)
+    outside = tmp_path / "elsewhere" / "proj"
+    outside.mkdir(parents=True)
+    proxy = await start_proxy(
+        upstream=[f"{upstream.url}/v1"], allowed_roots=str(home), data_dir=str(tmp_path / "data")
+    )
+    await send(client, proxy, "/v1/chat/completions", agent_body(outside), "ses_out")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_out")
+    assert list(outside.iterdir()) == []
+    global_dir = tmp_path / "data" / "memory"
+    assert not global_dir.exists() or not any(global_dir.rglob("*checkpoint*"))
+    sent = orjson.loads(upstream.requests[-1].body)
+    assert sent["messages"][1] == COMPACTION["body"]["messages"][1]  # forwarded all the same

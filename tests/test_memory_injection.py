@@ -268,8 +268,11 @@ async def test_outside_the_allowed_root_nothing_is_written(start_proxy, upstream
     ]
     await post(client, proxy, messages)
     assert list(outside.iterdir()) == []
-    report_dir = tmp_path / "data" / "memory"
-    assert "ansible" in (report_dir / "notes.md").read_text()  # kept, but in the global memory
+    global_dir = tmp_path / "data" / "memory"
+    assert not (global_dir / "notes.md").exists()  # a refused project's text goes nowhere
+    inside = [{"role": "system", "content": system_prompt(home / "work" / "app")}]
+    await post(client, proxy, [*inside, {"role": "user", "content": "Remember"}], "ses_2")
+    assert b"ansible" not in upstream.requests[-1].body
 
 
 async def test_captures_go_to_notes_once(start_proxy, upstream, client, tmp_path):

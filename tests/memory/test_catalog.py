@@ -17,3 +17,33 @@ def test_recall_shows_a_line_once_though_two_files_hold_it(tmp_path):
     memory = MemoryCatalog(tmp_path / "data").get(project)
     lines = memory.recall("why does the migration runner fail", limit=5)
     assert [line.text for line in lines] == ["The migration runner needs PGHOST set"]
+
+
+def _project_with_notes(tmp_path):
+    project = tmp_path / "app"
+    (project / ".deep-memory").mkdir(parents=True)
+    (project / ".deep-memory" / "notes.md").write_text(
+        "## 2026-11-20T10:00:00+00:00 (session ses_a) [0123abcd]\n\n"
+        "Remember: deploys go through ansible, never scp.\n"
+    )
+    (project / ".deep-memory" / "MEMORY.md").write_text(
+        "## Gotchas\n\n- The fixture loader breaks when PYTHONHASHSEED is set [2026-11-01]\n"
+    )
+    return MemoryCatalog(tmp_path / "data").get(project)
+
+
+def test_a_message_of_stopwords_alone_recalls_nothing(tmp_path):
+    memory = _project_with_notes(tmp_path)
+    for text in ("Remember", "remember!", "Don't forget", "记住", "Please, can you do it?"):
+        assert memory.recall(text, limit=5) == [], text
+    assert [line.text for line in memory.recall("remember how we deploy with ansible?", 5)] == [
+        "Remember: deploys go through ansible, never scp."
+    ]
+
+
+def test_one_shared_word_of_a_long_message_recalls_nothing(tmp_path):
+    memory = _project_with_notes(tmp_path)
+    long_message = "Rename the fixture constant, bump the changelog, rerun mypy, update docs"
+    assert memory.recall(long_message, limit=5) == []
+    found = memory.recall("the fixture loader fails randomly", limit=5)
+    assert [line.text for line in found] == ["The fixture loader breaks when PYTHONHASHSEED is set"]
