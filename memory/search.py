@@ -29,7 +29,9 @@ changes; the global statistics (N, average length, idf) are then recomputed from
 from __future__ import annotations
 
 import heapq
+import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +39,10 @@ from datetime import date, datetime
 from pathlib import Path
 
 from memory import markdown
+from memory.files import OutsideMemoryRoot, confine
 from memory.tokenize import TokenizerMode, tokenize
+
+log = logging.getLogger("deepmem.memory")
 
 K1 = 1.5
 B = 0.75
@@ -199,6 +204,7 @@ def decay_factor(kind: str, when: date | None, now: date) -> float:
 @dataclass(slots=True)
 class _FileState:
     kind_hint: str | None
+    within: Path | None = None  # the file's real path must stay inside this directory
     stamp: tuple[int, int] | None = None
     documents: list[Document] = field(default_factory=list)
     counts: list[Counter[str]] = field(default_factory=list)
@@ -238,11 +244,14 @@ class MemoryIndex:
 
     # ---- files
 
-    def add(self, path: str | Path, kind_hint: str | None = None) -> None:
-        """Watch a memory file (it may not exist yet)."""
+    def add(
+        self, path: str | Path, kind_hint: str | None = None, within: Path | None = None
+    ) -> None:
+        """Watch a memory file (it may not exist yet); with ``within``, a file whose real path
+        leaves that directory (a symlink out) is not read: it has no sections."""
         key = Path(path)
         if key not in self._files:
-            self._files[key] = _FileState(kind_hint=kind_hint)
+            self._files[key] = _FileState(kind_hint=kind_hint, within=within)
             self._dirty = True
 
     def remove(self, path: str | Path) -> None:
@@ -277,7 +286,14 @@ class MemoryIndex:
         if stamp is None:
             return
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            real = confine(path, state.within) if state.within is not None else path
+            with open(
+                os.open(real, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8", errors="replace"
+            ) as handle:
+                text = handle.read()
+        except OutsideMemoryRoot as exc:
+            log.warning("not searched: %s", exc)
+            return
         except OSError:
             state.stamp = None
             return

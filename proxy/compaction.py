@@ -217,7 +217,6 @@ class CompactionStage:
         report: CompactionReport,
     ) -> None:
         try:
-            memory_dir.mkdir(parents=True, exist_ok=True)
             written = write_checkpoint(
                 memory_dir,
                 session_id,
@@ -226,6 +225,7 @@ class CompactionStage:
                 _rendered(checkpoint, memory_dir, session_id, now),
                 keep=self.settings.checkpoint_keep,
                 log_fields={"source": report.source, "project": str(report.project or "")},
+                lock_dir=self.catalog.lock_dir,
             )
         except (OSError, LockTimeout) as exc:
             # The compaction itself must go on: OpenCode is out of context and waiting.

@@ -29,7 +29,7 @@ from compressors.view import Conversation, Kind, Role
 from memory.archive import latest_checkpoint, session_checkpoints, session_dirname
 from memory.catalog import MemoryCatalog, ProjectMemory
 from memory.checkpoint import Checkpoint, essentials
-from memory.files import LockTimeout
+from memory.files import LockTimeout, read_text
 from memory.injection import Line, defang, recall_block, stable_block, wrap
 from memory.injection_memo import Injected, InjectionMemo, SessionInjections
 from memory.project import PROJECT_HEADER
@@ -240,7 +240,7 @@ class MemoryStage:
         else:
             return "", "", False
         try:
-            checkpoint = Checkpoint.parse(chosen.checkpoint.read_text(encoding="utf-8"))
+            checkpoint = Checkpoint.parse(read_text(chosen.checkpoint))
         except (OSError, ValueError) as exc:
             log.warning("cannot read checkpoint %s: %s", chosen.checkpoint, exc)
             return "", "", False
