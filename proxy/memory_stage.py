@@ -311,7 +311,9 @@ class MemoryStage:
             report.notes.append(f"capture failed: {exc}")
             log.warning("could not write %s: %s", memory.store.notes_path, exc)
             if self.health is not None:
-                self.health.report("memory_writes", f"cannot write {memory.store.notes_path}")
+                self.health.report(
+                    "memory_writes", f"cannot write {memory.store.notes_path}: {exc}"
+                )
             return False
         if self.health is not None:
             self.health.clear("memory_writes")

@@ -387,3 +387,25 @@ async def test_responses_hits_land_on_the_new_message_after_reasoning_is_dropped
     last = sent[-1]["content"]
     assert last[0]["text"] == "Why does the fixture loader fail under pytest?"
     assert "PYTHONHASHSEED" in last[1]["text"]
+
+
+async def test_a_symlinked_memory_dir_is_refused_through_the_proxy(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path, memory=None)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "MEMORY.md").write_text("## Constraints\n\n- OUTSIDE-SECRET rule of another tree\n")
+    (project / ".deep-memory").symlink_to(outside, target_is_directory=True)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    messages = [
+        {"role": "system", "content": system_prompt(project)},
+        {"role": "user", "content": "Remember: the OUTSIDE-SECRET rule applies to the tree"},
+    ]
+    await post(client, proxy, messages)
+    assert b"OUTSIDE-SECRET rule of another tree" not in upstream.requests[-1].body
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    async with client.get(f"{proxy.url}/health") as response:
+        health = await response.text()
+    assert "leads outside" in health and "OUTSIDE-SECRET" not in health
