@@ -23,6 +23,7 @@ from memory.archive import (
     write_checkpoint,
 )
 from memory.catalog import MemoryCatalog
+from memory.consolidate import default_sources
 from memory.files import (
     GITIGNORE,
     OutsideMemoryRoot,
@@ -228,3 +229,12 @@ def test_git_status_shows_only_what_is_worth_committing(tmp_path: Path) -> None:
         "?? .deep-memory/MEMORY.md",
         "?? .deep-memory/notes.md",
     ]
+
+
+def test_consolidation_reads_no_checkpoint_outside_the_project(layout) -> None:
+    project, outside, _ = layout
+    memory_dir = project / ".deep-memory"
+    memory_dir.mkdir()
+    (memory_dir / "sessions").symlink_to(outside / "sessions", target_is_directory=True)
+    (memory_dir / CHECKPOINT_FILE).symlink_to(outside / CHECKPOINT_FILE)
+    assert default_sources(memory_dir) == []
