@@ -104,7 +104,7 @@ def write_gitignore(directory: Path) -> bool:
 
 def default_lock_dir() -> Path:
     """Where locks go when no data dir is given (library use): a private per-user directory."""
-    return Path(tempfile.gettempdir()) / f"deepmem-{os.getuid()}" / LOCKS_DIRNAME
+    return Path(tempfile.gettempdir()) / f"deepmem-{os.getuid()}-{LOCKS_DIRNAME}"
 
 
 def lock_path_for(path: Path, lock_dir: Path | None = None) -> Path:

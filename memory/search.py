@@ -286,11 +286,12 @@ class MemoryIndex:
         if stamp is None:
             return
         try:
-            real = confine(path, state.within) if state.within is not None else path
-            with open(
-                os.open(real, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8", errors="replace"
-            ) as handle:
-                text = handle.read()
+            if state.within is None:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            else:  # resolved: a symlink swapped in after the check is not followed
+                fd = os.open(confine(path, state.within), os.O_RDONLY | os.O_NOFOLLOW)
+                with open(fd, encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
         except OutsideMemoryRoot as exc:
             log.warning("not searched: %s", exc)
             return

@@ -238,3 +238,11 @@ def test_consolidation_reads_no_checkpoint_outside_the_project(layout) -> None:
     (memory_dir / "sessions").symlink_to(outside / "sessions", target_is_directory=True)
     (memory_dir / CHECKPOINT_FILE).symlink_to(outside / CHECKPOINT_FILE)
     assert default_sources(memory_dir) == []
+
+
+def test_a_lock_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "locks").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(PermissionError), file_lock(tmp_path / "f.md", lock_dir=tmp_path / "locks"):
+        pass
+    assert list((tmp_path / "elsewhere").iterdir()) == []
