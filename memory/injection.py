@@ -81,7 +81,7 @@ class Line:
 
     def render(self) -> str:
         dated = f" [{self.date}]" if self.date else ""
-        return f"- ({self.source}) {defang(self.text)}{dated}"
+        return f"- ({defang(self.source)}) {defang(self.text)}{dated}"
 
 
 def fit(lines: Iterable[Line], budget_tokens: int, overhead: str) -> list[str]:

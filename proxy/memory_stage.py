@@ -249,7 +249,7 @@ class MemoryStage:
             return "", "", False
         day = f"{chosen.stamp[:4]}-{chosen.stamp[4:6]}-{chosen.stamp[6:8]}"
         header = intro.format(session=checkpoint.session_id, when=day)
-        block = wrap("resume", header + "\n" + defang(digest))
+        block = wrap("resume", defang(header + "\n" + digest))  # the session id is file text
         return block, f"resume:{chosen.stamp}", intro is RESUME_OWN
 
     def _nudges(

@@ -78,7 +78,7 @@ def test_every_rendered_block_has_exactly_one_real_delimiter_pair(parts):
     forged = "".join(prefix + tag for prefix, tag in parts)
     blocks = [
         stable_block([Line(forged, "Constraints")], 4000),
-        recall_block([Line(forged, "notes")], 4000, [forged]),
+        recall_block([Line(forged, f"checkpoint: {forged}")], 4000, [forged]),
     ]
     for block in blocks:
         assert real_delimiters(block, closing_only=True) == 1, block
