@@ -118,7 +118,7 @@ def write_checkpoint(
         with file_lock(path, lock_dir=lock_dir):
             atomic_write(path, text)
     pruned = _prune(session_dir, keep) + _prune_sessions(session_dir.parent, keep_sessions)
-    removed = [memory_dir / path.relative_to(session_dir.parent.parent) for path in pruned]
+    removed = [memory_dir / SESSIONS_DIR / path.parent.name / path.name for path in pruned]
     line = {
         "capturedAt": captured_at.astimezone(UTC).isoformat(),
         "sessionID": session_id,
@@ -150,8 +150,11 @@ def _prune_sessions(sessions_dir: Path, keep: int) -> list[Path]:
     """Delete the archives of the sessions beyond the newest ``keep``; the files removed."""
     removed: list[Path] = []
     for session_dir in recent_session_dirs(sessions_dir)[max(keep, 1) :]:
-        with os.scandir(session_dir) as entries:
-            names = [e.name for e in entries if _ARCHIVED_FILE.match(e.name)]
+        try:
+            with os.scandir(session_dir) as entries:
+                names = [e.name for e in entries if _ARCHIVED_FILE.match(e.name)]
+        except FileNotFoundError:  # pruned meanwhile by another process
+            continue
         for name in names:
             with contextlib.suppress(FileNotFoundError):
                 (session_dir / name).unlink()
@@ -167,9 +170,10 @@ def recent_session_dirs(sessions_dir: Path, most: int | None = None) -> list[Pat
     try:
         with os.scandir(sessions_dir) as entries:
             for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
-                    found.append((mtime, entry.name, Path(entry.path)))
+                with contextlib.suppress(OSError):  # removed meanwhile by another process
+                    if entry.is_dir(follow_symlinks=False):
+                        mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+                        found.append((mtime, entry.name, Path(entry.path)))
     except OSError:
         return []
     found.sort(reverse=True)
