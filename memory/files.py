@@ -114,11 +114,12 @@ def lock_path_for(path: Path, lock_dir: Path | None = None) -> Path:
     return directory / f"{hashlib.sha256(real).hexdigest()[:32]}.lock"
 
 
-def _private_dir(directory: Path) -> None:
-    """Create the lock directory (0700); refuse one that is a symlink or someone else's."""
+def _lock_dir(directory: Path, shared_tmp: bool) -> None:
+    """Create the lock directory (0700); refuse a symlink, and in the shared temp directory
+    one that another user made."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+    if not stat.S_ISDIR(info.st_mode) or (shared_tmp and info.st_uid != os.getuid()):
         raise PermissionError(f"lock directory {directory} is not a directory of this user")
 
 
@@ -128,7 +129,7 @@ def file_lock(
 ) -> Iterator[None]:
     """Hold an exclusive advisory lock for `path` (on its lock file in the lock directory)."""
     lock_file = lock_path_for(path, lock_dir)
-    _private_dir(lock_file.parent)
+    _lock_dir(lock_file.parent, shared_tmp=lock_dir is None)
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         _acquire(fd, lock_file, timeout)
