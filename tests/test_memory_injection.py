@@ -409,3 +409,21 @@ async def test_a_symlinked_memory_dir_is_refused_through_the_proxy(
     async with client.get(f"{proxy.url}/health") as response:
         health = await response.text()
     assert "leads outside" in health and "OUTSIDE-SECRET" not in health
+
+
+async def test_a_subdirectory_of_a_repository_gets_the_repositorys_memory(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path)
+    (project / ".git").mkdir()
+    (project / "src").mkdir()
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    messages = [
+        {"role": "system", "content": system_prompt(project / "src")},
+        {"role": "user", "content": "Remember: run the linters before every commit"},
+    ]
+    await post(client, proxy, messages)
+    system = orjson.loads(upstream.requests[-1].body)["messages"][0]["content"]
+    assert "Never call the network from the request path" in system
+    assert "linters" in (project / ".deep-memory" / "notes.md").read_text()
+    assert not (project / "src" / ".deep-memory").exists()
