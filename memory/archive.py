@@ -7,12 +7,16 @@
                                 last `keep` compactions of that session
 
 Every file is written atomically (temp file, fsync, rename) under the same lock the memory
-files use, so a second proxy process never interleaves with us.
+files use, so a second proxy process never interleaves with us. Every path is resolved with
+`memory.files.memory_path` first: nothing is read or written through a symlink that leaves
+the project (or the data dir, for the global memory).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import re
 from dataclasses import dataclass, replace
@@ -22,16 +26,30 @@ from typing import Any
 
 import orjson
 
-from memory.files import atomic_write, file_lock
+from memory.files import (
+    OutsideMemoryRoot,
+    append_line,
+    atomic_write,
+    file_lock,
+    make_memory_dirs,
+    memory_path,
+    read_text,
+)
+
+log = logging.getLogger("deepmem.memory")
 
 CHECKPOINT_FILE = "checkpoint.md"
 RAW_FILE = "checkpoint.raw.json"
 LOG_FILE = ".compaction-log.jsonl"
 SESSIONS_DIR = "sessions"
 DEFAULT_KEEP = 5
+# Sessions whose archives a project keeps: each compaction deletes the archives of the sessions
+# beyond the newest KEEP_SESSIONS (by their last compaction), so `sessions/` stays bounded.
+KEEP_SESSIONS = 30
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _ARCHIVED = re.compile(r"^checkpoint-(?P<stamp>\d{8}T\d{12}Z)\.md$")
+_ARCHIVED_FILE = re.compile(r"^checkpoint-\d{8}T\d{12}Z\.(?:md|raw\.json)$")
 
 
 def session_dirname(session_id: str) -> str:
@@ -69,10 +87,12 @@ def write_checkpoint(
     checkpoint_markdown: str,
     keep: int = DEFAULT_KEEP,
     log_fields: dict[str, Any] | None = None,
+    lock_dir: Path | None = None,
+    keep_sessions: int = KEEP_SESSIONS,
 ) -> WrittenCheckpoint:
-    """Write the raw history and the checkpoint, archive both, prune, and log the compaction."""
+    """Write the raw history and the checkpoint, archive both, prune (the session's archives
+    beyond ``keep``, the sessions beyond ``keep_sessions``), and log the compaction."""
     archived_checkpoint, archived_raw = archive_paths(memory_dir, session_id, captured_at)
-    session_dir = archived_checkpoint.parent
     raw = orjson.dumps(
         {
             "capturedAt": captured_at.astimezone(UTC).isoformat(),
@@ -88,15 +108,17 @@ def write_checkpoint(
         archived_checkpoint,
         archived_raw,
     )
-    session_dir.mkdir(parents=True, exist_ok=True)
+    session_dir = make_memory_dirs(memory_dir, SESSIONS_DIR, archived_checkpoint.parent.name)
     # Archive names are new for every compaction: a rename is all they need. The shared
     # files are replaced under their lock.
-    atomic_write(written.archived_raw, raw)
-    atomic_write(written.archived_checkpoint, checkpoint_markdown)
-    for path, text in ((written.raw, raw), (written.checkpoint, checkpoint_markdown)):
-        with file_lock(path):
+    atomic_write(session_dir / archived_raw.name, raw)
+    atomic_write(session_dir / archived_checkpoint.name, checkpoint_markdown)
+    for name, text in ((RAW_FILE, raw), (CHECKPOINT_FILE, checkpoint_markdown)):
+        path = memory_path(memory_dir, name)
+        with file_lock(path, lock_dir=lock_dir):
             atomic_write(path, text)
-    removed = _prune(session_dir, keep)
+    pruned = _prune(session_dir, keep) + _prune_sessions(session_dir.parent, keep_sessions)
+    removed = [memory_dir / SESSIONS_DIR / path.parent.name / path.name for path in pruned]
     line = {
         "capturedAt": captured_at.astimezone(UTC).isoformat(),
         "sessionID": session_id,
@@ -105,20 +127,8 @@ def write_checkpoint(
         "raw": str(written.archived_raw.relative_to(memory_dir)),
         **(log_fields or {}),
     }
-    append_line(memory_dir / LOG_FILE, orjson.dumps(line).decode())
+    append_line(memory_path(memory_dir, LOG_FILE), orjson.dumps(line).decode(), lock_dir)
     return replace(written, removed=tuple(removed))
-
-
-def append_line(path: Path, line: str) -> None:
-    """Append one line under the file's lock, durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(path):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line.rstrip("\n") + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _prune(session_dir: Path, keep: int) -> list[Path]:
@@ -134,6 +144,40 @@ def _prune(session_dir: Path, keep: int) -> list[Path]:
                 path.unlink()
                 removed.append(path)
     return removed
+
+
+def _prune_sessions(sessions_dir: Path, keep: int) -> list[Path]:
+    """Delete the archives of the sessions beyond the newest ``keep``; the files removed."""
+    removed: list[Path] = []
+    for session_dir in recent_session_dirs(sessions_dir)[max(keep, 1) :]:
+        try:
+            with os.scandir(session_dir) as entries:
+                names = [e.name for e in entries if _ARCHIVED_FILE.match(e.name)]
+        except FileNotFoundError:  # pruned meanwhile by another process
+            continue
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                (session_dir / name).unlink()
+                removed.append(session_dir / name)
+        with contextlib.suppress(OSError):  # left alone when it holds files of its own
+            session_dir.rmdir()
+    return removed
+
+
+def recent_session_dirs(sessions_dir: Path, most: int | None = None) -> list[Path]:
+    """The session directories (no symlinks), the most recently compacted first."""
+    found: list[tuple[int, str, Path]] = []
+    try:
+        with os.scandir(sessions_dir) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):  # removed meanwhile by another process
+                    if entry.is_dir(follow_symlinks=False):
+                        mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+                        found.append((mtime, entry.name, Path(entry.path)))
+    except OSError:
+        return []
+    found.sort(reverse=True)
+    return [path for _, _, path in found[:most]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,29 +199,38 @@ class ArchivedCheckpoint:
 
 
 def session_checkpoints(memory_dir: Path, session_id: str) -> list[ArchivedCheckpoint]:
-    """A session's archived checkpoints, newest first."""
-    session_dir = memory_dir / SESSIONS_DIR / session_dirname(session_id)
+    """A session's archived checkpoints, newest first (none when they cannot be read)."""
     try:
-        names = [p.name for p in session_dir.iterdir()]
-    except OSError:
+        session_dir = memory_path(memory_dir, SESSIONS_DIR, session_dirname(session_id))
+    except OutsideMemoryRoot as exc:
+        log.warning("%s", exc)
         return []
-    stamps = sorted((m.group("stamp") for n in names if (m := _ARCHIVED.match(n))), reverse=True)
-    return [ArchivedCheckpoint(session_dir, s) for s in stamps]
+    return [ArchivedCheckpoint(session_dir, s) for s in _archived_stamps(session_dir)]
 
 
-def latest_checkpoint(memory_dir: Path) -> ArchivedCheckpoint | None:
-    """The newest archived checkpoint of any session in this memory directory."""
+def latest_checkpoint(memory_dir: Path, look_at: int = 3) -> ArchivedCheckpoint | None:
+    """The newest archived checkpoint of the ``look_at`` most recently compacted sessions."""
     newest: ArchivedCheckpoint | None = None
     try:
-        session_dirs = [p for p in (memory_dir / SESSIONS_DIR).iterdir() if p.is_dir()]
-    except OSError:
+        sessions = memory_path(memory_dir, SESSIONS_DIR)
+    except OutsideMemoryRoot as exc:
+        log.warning("%s", exc)
         return None
-    for session_dir in session_dirs:
-        for name in os.listdir(session_dir):
-            match = _ARCHIVED.match(name)
-            if match and (newest is None or match.group("stamp") > newest.stamp):
-                newest = ArchivedCheckpoint(session_dir, match.group("stamp"))
+    for session_dir in recent_session_dirs(sessions, look_at):
+        stamps = _archived_stamps(session_dir)
+        if stamps and (newest is None or stamps[0] > newest.stamp):
+            newest = ArchivedCheckpoint(session_dir, stamps[0])
     return newest
+
+
+def _archived_stamps(session_dir: Path) -> list[str]:
+    """The stamps of a session directory's archived checkpoints (no symlinks), newest first."""
+    try:
+        with os.scandir(session_dir) as entries:
+            names = [e.name for e in entries if not e.is_symlink()]
+    except OSError:
+        return []
+    return sorted((m.group("stamp") for n in names if (m := _ARCHIVED.match(n))), reverse=True)
 
 
 class ArchiveError(LookupError):
@@ -189,7 +242,7 @@ def archived_message(memory_dir: Path, session_id: str, index: int) -> dict[str,
     archives = session_checkpoints(memory_dir, session_id)
     if not archives:
         raise ArchiveError(f"no archived history for session {session_id!r} in {memory_dir}")
-    data = orjson.loads(archives[0].raw.read_bytes())
+    data = orjson.loads(read_text(archives[0].raw))
     messages = data.get("messages") or []
     if not 0 <= index < len(messages):
         raise ArchiveError(

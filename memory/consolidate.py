@@ -22,7 +22,7 @@ from datetime import date
 from pathlib import Path
 
 from memory.checkpoint import NONE, classify
-from memory.files import read_text
+from memory.files import OutsideMemoryRoot, confine, read_text
 from memory.search import parse_documents
 from memory.store import (
     MEMORY_FILE,
@@ -92,12 +92,19 @@ class ConsolidationResult:
 
 
 def default_sources(memory_dir: Path) -> list[Path]:
-    """A memory directory's checkpoints (latest and archived) and its notes.md."""
+    """A memory directory's checkpoints (latest and archived) and its notes.md; a file whose
+    real path leaves the directory holding the memory directory is left out."""
     root = Path(memory_dir)
     sessions = sorted((root / "sessions").glob("*/checkpoint*.md"))
-    return [
-        path for path in [root / "checkpoint.md", *sessions, root / "notes.md"] if path.is_file()
-    ]
+    found = []
+    for path in [root / "checkpoint.md", *sessions, root / "notes.md"]:
+        try:
+            real = confine(path, root.parent)
+        except OutsideMemoryRoot:
+            continue
+        if real.is_file():
+            found.append(real)
+    return found
 
 
 def consolidate(

@@ -4,7 +4,10 @@ Every injected block is wrapped in one delimiter pair, ``<deep-memory-context ki
 ``</deep-memory-context>``. Memory content is written by people and by models, so before it
 is placed inside a block every ``<deep-memory…`` / ``</deep-memory…`` in it is defanged (its
 ``<`` becomes the fullwidth U+FF1C): stored text can neither close a block early nor open a
-block of its own.
+block of its own. The tag is looked for in a normalised view of the text (NFKC, Unicode
+default-ignorable code points removed, hyphen-like characters read as ``-``), so
+``</deep\u200b-memory-context>``, a soft hyphen, U+2010 or a fullwidth solidus are caught too;
+the ``<`` that starts the match in the original text is the one replaced.
 
 Rendering is deterministic (same entries and budget, same bytes); the caller memoises the
 result per session so a block, once sent, is re-sent byte for byte.
@@ -13,18 +16,55 @@ result per session so a block, once sent, is re-sent byte for byte.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from compressors.tokens import estimate_tokens
 
 TAG = "deep-memory-context"
-_FORGEABLE = re.compile(r"<(?=\s*/?\s*deep-memory)", re.IGNORECASE)
+DEFANGED_LT = "\uff1c"
+# "deep memory" with or without its hyphen: an ignorable one (a soft hyphen) is dropped.
+_FORGEABLE = re.compile(r"<(?=\s*/?\s*deep[\s-]*memory)", re.IGNORECASE)
+# Unicode's Default_Ignorable_Code_Point: invisible, so a reader (or a model) skips them.
+_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+_HYPHENS = str.maketrans(
+    dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d", "-")
+)
+
+
+def normalised_view(text: str) -> tuple[str, list[int]]:
+    """``text`` as the tag is matched in, and for each of its characters the index of the
+    character of ``text`` it comes from (NFKC per character, ignorables dropped)."""
+    chars: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        if char.isascii():
+            chars.append(char)
+            origin.append(index)
+            continue
+        if _IGNORABLE.match(char):
+            continue
+        for part in unicodedata.normalize("NFKC", char).translate(_HYPHENS):
+            if not _IGNORABLE.match(part):
+                chars.append(part)
+                origin.append(index)
+    return "".join(chars), origin
 
 
 def defang(text: str) -> str:
     """Neutralise anything in ``text`` that could read as one of our delimiters."""
-    return _FORGEABLE.sub("\uff1c", text)
+    if text.isascii():
+        return _FORGEABLE.sub(DEFANGED_LT, text)
+    view, origin = normalised_view(text)
+    starts = {origin[match.start()] for match in _FORGEABLE.finditer(view)}
+    if not starts:
+        return text
+    return "".join(DEFANGED_LT if i in starts else char for i, char in enumerate(text))
 
 
 def wrap(kind: str, body: str) -> str:
@@ -41,7 +81,7 @@ class Line:
 
     def render(self) -> str:
         dated = f" [{self.date}]" if self.date else ""
-        return f"- ({self.source}) {defang(self.text)}{dated}"
+        return f"- ({defang(self.source)}) {defang(self.text)}{dated}"
 
 
 def fit(lines: Iterable[Line], budget_tokens: int, overhead: str) -> list[str]:

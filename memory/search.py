@@ -29,7 +29,9 @@ changes; the global statistics (N, average length, idf) are then recomputed from
 from __future__ import annotations
 
 import heapq
+import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +39,10 @@ from datetime import date, datetime
 from pathlib import Path
 
 from memory import markdown
+from memory.files import OutsideMemoryRoot, confine
 from memory.tokenize import TokenizerMode, tokenize
+
+log = logging.getLogger("deepmem.memory")
 
 K1 = 1.5
 B = 0.75
@@ -199,6 +204,7 @@ def decay_factor(kind: str, when: date | None, now: date) -> float:
 @dataclass(slots=True)
 class _FileState:
     kind_hint: str | None
+    within: Path | None = None  # the file's real path must stay inside this directory
     stamp: tuple[int, int] | None = None
     documents: list[Document] = field(default_factory=list)
     counts: list[Counter[str]] = field(default_factory=list)
@@ -238,11 +244,14 @@ class MemoryIndex:
 
     # ---- files
 
-    def add(self, path: str | Path, kind_hint: str | None = None) -> None:
-        """Watch a memory file (it may not exist yet)."""
+    def add(
+        self, path: str | Path, kind_hint: str | None = None, within: Path | None = None
+    ) -> None:
+        """Watch a memory file (it may not exist yet); with ``within``, a file whose real path
+        leaves that directory (a symlink out) is not read: it has no sections."""
         key = Path(path)
         if key not in self._files:
-            self._files[key] = _FileState(kind_hint=kind_hint)
+            self._files[key] = _FileState(kind_hint=kind_hint, within=within)
             self._dirty = True
 
     def remove(self, path: str | Path) -> None:
@@ -277,7 +286,15 @@ class MemoryIndex:
         if stamp is None:
             return
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            if state.within is None:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            else:  # resolved: a symlink swapped in after the check is not followed
+                fd = os.open(confine(path, state.within), os.O_RDONLY | os.O_NOFOLLOW)
+                with open(fd, encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+        except OutsideMemoryRoot as exc:
+            log.warning("not searched: %s", exc)
+            return
         except OSError:
             state.stamp = None
             return
@@ -318,14 +335,20 @@ class MemoryIndex:
         now: date | datetime | None = None,
         *,
         entries_per_hit: int = 3,
+        min_coverage: float = 0.0,
     ) -> list[Hit]:
-        """The best ``limit`` sections for ``query`` (``|`` separates OR phrases)."""
+        """The best ``limit`` sections for ``query`` (``|`` separates OR phrases).
+
+        ``min_coverage`` is a relevance floor: a section must hold query terms carrying at
+        least that fraction of the phrase's idf mass (a term the index has never seen counts
+        like the rarest one it has), so one word of a long message matches nothing.
+        """
         self.refresh()
         phrases = parse_query(query, self.mode)
         if not phrases or not self._documents or limit <= 0:
             return []
         today = _as_date(now)
-        scores = self._phrase_max(phrases)
+        scores = self._phrase_max(phrases, min_coverage)
         decay = self._decay_factors(today)
         ranked = heapq.nlargest(
             limit,
@@ -346,10 +369,15 @@ class MemoryIndex:
         scores = self._phrase_max(parse_query(query, self.mode))
         return [scores.get(doc, 0.0) for doc in range(len(self._documents))]
 
-    def _phrase_max(self, phrases: list[list[str]]) -> dict[int, float]:
-        best = self._score_terms(phrases[0])
-        for terms in phrases[1:]:
-            for doc, score in self._score_terms(terms).items():
+    def _phrase_max(self, phrases: list[list[str]], min_coverage: float = 0.0) -> dict[int, float]:
+        best: dict[int, float] = {}
+        for terms in phrases:
+            scores = self._score_terms(terms)
+            if min_coverage > 0:
+                floor = min_coverage * self._idf_mass(terms)
+                covered = self._covered_mass(terms)
+                scores = {doc: score for doc, score in scores.items() if covered[doc] >= floor}
+            for doc, score in scores.items():
                 if score > best.get(doc, 0.0):
                     best[doc] = score
         return best
@@ -365,6 +393,22 @@ class MemoryIndex:
             for doc, weight in zip(*posting, strict=True):
                 scores[doc] = get(doc, 0.0) + idf * weight
         return scores
+
+    def _idf_mass(self, terms: list[str]) -> float:
+        """The query's idf mass; a term the memory never mentions counts like its rarest."""
+        unseen = max(self._idf.values(), default=0.0)
+        return sum(self._idf.get(term, unseen) for term in terms)
+
+    def _covered_mass(self, terms: list[str]) -> dict[int, float]:
+        """Per document, the idf mass of the query terms it contains."""
+        covered: dict[int, float] = {}
+        for term in terms:
+            posting = self._postings.get(term)
+            if posting is not None:
+                idf = self._idf[term]
+                for doc in posting[0]:
+                    covered[doc] = covered.get(doc, 0.0) + idf
+        return covered
 
     def _decay_factors(self, today: date) -> list[float]:
         """Per-document decay for ``today``, computed once per day and index version."""

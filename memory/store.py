@@ -4,7 +4,8 @@
 `- text [YYYY-MM-DD]`, read with the grammar of `memory.markdown` (the one search uses too).
 `MemoryFile` keeps every line it does not understand (prose, comments, unknown sections, CRLF
 endings), so a hand-edited file survives our edits. Every write goes through
-`memory.files.locked_update`, which re-reads the file under a lock.
+`memory.files.locked_update`, which re-reads the file under a lock; every read and write
+goes to the file's real path, refused when it leaves the project (`memory.files.memory_path`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memory import markdown
-from memory.files import locked_update, read_text
+from memory.files import locked_update, make_memory_dirs, memory_path, read_text
 from memory.tokenize import tokenize
 
 SECTIONS: tuple[str, ...] = ("Decisions", "Constraints", "Gotchas", "Facts", "Notes")
@@ -256,9 +257,15 @@ class ImportResult:
 class MemoryStore:
     """MEMORY.md and notes.md in one memory directory (a project's `.deep-memory/`)."""
 
-    def __init__(self, root_dir: Path, similarity_threshold: float = DEFAULT_SIMILARITY) -> None:
+    def __init__(
+        self,
+        root_dir: Path,
+        similarity_threshold: float = DEFAULT_SIMILARITY,
+        lock_dir: Path | None = None,
+    ) -> None:
         self.root = Path(root_dir)
         self.threshold = similarity_threshold
+        self.lock_dir = lock_dir
 
     @property
     def memory_path(self) -> Path:
@@ -269,7 +276,10 @@ class MemoryStore:
         return self.root / NOTES_FILE
 
     def load(self) -> MemoryFile:
-        return MemoryFile.parse(read_text(self.memory_path))
+        return MemoryFile.parse(self._read(MEMORY_FILE))
+
+    def _read(self, name: str) -> str:
+        return read_text(memory_path(self.root, name))
 
     # -- store
 
@@ -335,8 +345,8 @@ class MemoryStore:
             "sections": {name: sum(e.section == name for e in entries) for name in SECTIONS},
             "oldest": dates[0] if dates else None,
             "newest": dates[-1] if dates else None,
-            "notes": len(_note_hashes(read_text(self.notes_path))),
-            "bytes": len(read_text(self.memory_path).encode()),
+            "notes": len(_note_hashes(self._read(NOTES_FILE))),
+            "bytes": len(self._read(MEMORY_FILE).encode()),
         }
 
     # -- forget / cleanup
@@ -451,10 +461,11 @@ class MemoryStore:
         return added[-1]
 
     def notes(self) -> str:
-        return read_text(self.notes_path)
+        return self._read(NOTES_FILE)
 
     def _update(self, path: Path, edit: Callable[[str], str]) -> None:
-        locked_update(path, edit)
+        make_memory_dirs(self.root)
+        locked_update(memory_path(self.root, path.name), edit, lock_dir=self.lock_dir)
 
 
 # ---------------------------------------------------------------- helpers

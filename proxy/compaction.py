@@ -151,16 +151,20 @@ class CompactionStage:
             return False
         if context.kind is not RequestKind.COMPACTION:
             return False
-        project = self.projects.for_request(
+        resolution = self.projects.for_request(
             header, conversation, context.session_id, agent=False
-        ).path
+        )
+        project = resolution.path
         memory = self.catalog.get(project)
         memory_dir = memory.memory_dir or memory.global_dir
         now = datetime.now(UTC)
         history, source, checkpoint = self._history(conversation, context.session_id, now)
         report = CompactionReport(project, memory_dir, len(history), source)
         context.reports[REPORT] = report
-        if self.settings.checkpoints:
+        if resolution.refused:
+            # A project outside the allowed roots: its history is not kept, not even globally.
+            report.write_error = resolution.reason
+        elif self.settings.checkpoints:
             self._write(memory_dir, context.session_id, now, history, checkpoint, report)
         changed = False
         if self.settings.compaction_compress:
@@ -215,7 +219,6 @@ class CompactionStage:
         report: CompactionReport,
     ) -> None:
         try:
-            memory_dir.mkdir(parents=True, exist_ok=True)
             written = write_checkpoint(
                 memory_dir,
                 session_id,
@@ -224,6 +227,7 @@ class CompactionStage:
                 _rendered(checkpoint, memory_dir, session_id, now),
                 keep=self.settings.checkpoint_keep,
                 log_fields={"source": report.source, "project": str(report.project or "")},
+                lock_dir=self.catalog.lock_dir,
             )
         except (OSError, LockTimeout) as exc:
             # The compaction itself must go on: OpenCode is out of context and waiting.

@@ -57,7 +57,10 @@ def memory_service(settings: Settings) -> MemoryService:
             "jieba" if settings.memory_tokenizer == "jieba" else "bigram",
         ),
     )
-    return MemoryService(catalog, ProjectResolver(settings.project_dir, settings.allowed_roots))
+    projects = ProjectResolver(
+        settings.project_dir, settings.allowed_roots, settings.memory_dir_name
+    )
+    return MemoryService(catalog, projects)
 
 
 def _where(memory: ProjectMemory, choice: ProjectChoice) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from memory.archive import (
 from memory.catalog import ProjectMemory
 from memory.checkpoint import Checkpoint
 from memory.consolidate import Candidate, ConsolidationResult, consolidate, default_sources
+from memory.files import memory_path
 from memory.store import MEMORY_FILE, SECTIONS
 from proxy import cli_io, memory_api
 from proxy.cli_io import emit_json, error, go_ahead, positive_int
@@ -556,7 +557,8 @@ def _checkpoint_show(args: argparse.Namespace, memory: ProjectMemory, choice: Pr
             )
         checkpoint, raw = archives[0].checkpoint, archives[0].raw
     else:
-        checkpoint, raw = memory_dir / CHECKPOINT_FILE, memory_dir / RAW_FILE
+        checkpoint = memory_path(memory_dir, CHECKPOINT_FILE)  # not through a symlink out
+        raw = memory_path(memory_dir, RAW_FILE)
         if not checkpoint.is_file():
             # No checkpoint.md (deleted?): the newest archived one of any session.
             latest: ArchivedCheckpoint | None = latest_checkpoint(memory_dir)

@@ -29,7 +29,7 @@ from compressors.view import Conversation, Kind, Role
 from memory.archive import latest_checkpoint, session_checkpoints, session_dirname
 from memory.catalog import MemoryCatalog, ProjectMemory
 from memory.checkpoint import Checkpoint, essentials
-from memory.files import LockTimeout
+from memory.files import LockTimeout, read_text
 from memory.injection import Line, defang, recall_block, stable_block, wrap
 from memory.injection_memo import Injected, InjectionMemo, SessionInjections
 from memory.project import PROJECT_HEADER
@@ -134,6 +134,10 @@ class MemoryStage:
         context.reports[REPORT] = report
         if resolution.path is None and log.isEnabledFor(logging.DEBUG):
             log.debug("session %s: no project memory (%s)", context.session_id, resolution.reason)
+        if resolution.refused:
+            # A directory outside the allowed roots: its messages are neither captured (not
+            # even into the global memory) nor answered with memory of other projects.
+            return False
         memory = self.catalog.get(resolution.path)
         memo = self.memo.load(context.session_id)
         changed = False
@@ -252,7 +256,7 @@ class MemoryStage:
         else:
             return "", "", False
         try:
-            checkpoint = Checkpoint.parse(chosen.checkpoint.read_text(encoding="utf-8"))
+            checkpoint = Checkpoint.parse(read_text(chosen.checkpoint))
         except (OSError, ValueError) as exc:
             log.warning("cannot read checkpoint %s: %s", chosen.checkpoint, exc)
             return "", "", False
@@ -261,7 +265,7 @@ class MemoryStage:
             return "", "", False
         day = f"{chosen.stamp[:4]}-{chosen.stamp[4:6]}-{chosen.stamp[6:8]}"
         header = intro.format(session=checkpoint.session_id, when=day)
-        block = wrap("resume", header + "\n" + defang(digest))
+        block = wrap("resume", defang(header + "\n" + digest))  # the session id is file text
         return block, f"resume:{chosen.stamp}", intro is RESUME_OWN
 
     def _nudges(
@@ -323,7 +327,9 @@ class MemoryStage:
             report.notes.append(f"capture failed: {exc}")
             log.warning("could not write %s: %s", memory.store.notes_path, exc)
             if self.health is not None:
-                self.health.report("memory_writes", f"cannot write {memory.store.notes_path}")
+                self.health.report(
+                    "memory_writes", f"cannot write {memory.store.notes_path}: {exc}"
+                )
             return False
         if self.health is not None:
             self.health.clear("memory_writes")

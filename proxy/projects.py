@@ -24,7 +24,12 @@ from pathlib import Path
 from cachetools import LRUCache
 
 from compressors.view import Conversation
-from memory.project import Resolution, check_project_dir, explain_project_dir
+from memory.project import (
+    DEFAULT_MEMORY_DIRNAME,
+    Resolution,
+    check_project_dir,
+    explain_project_dir,
+)
 
 ACTIVE_WINDOW = 600.0
 
@@ -40,9 +45,15 @@ class ProjectChoice:
 
 
 class ProjectResolver:
-    def __init__(self, configured: Path | None, allowed_roots: tuple[Path, ...]) -> None:
+    def __init__(
+        self,
+        configured: Path | None,
+        allowed_roots: tuple[Path, ...],
+        dirname: str = DEFAULT_MEMORY_DIRNAME,
+    ) -> None:
         self.configured = configured
         self.allowed_roots = list(allowed_roots)
+        self.dirname = dirname
         self._cache: LRUCache[tuple[str, str | None], Resolution] = LRUCache(maxsize=4096)
         self._active: dict[Path, float] = {}
         self._sessions: LRUCache[str, Path] = LRUCache(maxsize=4096)
@@ -61,7 +72,7 @@ class ProjectResolver:
         found = self._cache.get(key)
         if found is None or (found.path is not None and not found.path.is_dir()):
             found = explain_project_dir(
-                self.configured, header, conversation.system_text, self.allowed_roots
+                self.configured, header, conversation.system_text, self.allowed_roots, self.dirname
             )
             if agent:
                 self._cache[key] = found

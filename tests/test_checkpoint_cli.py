@@ -299,3 +299,13 @@ def test_consolidate_with_nothing_to_read(cli: Cli) -> None:
     assert empty.code == 0
     assert "0 file(s), 0 source(s)" in empty.out and "would add 0, skipped 0" in empty.out
     assert cli.memory_md() is None
+
+
+def test_show_reads_no_checkpoint_through_a_symlink_out_of_the_project(cli: Cli, tmp_path: Path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Checkpoint — OUTSIDE-SECRET\n")
+    cli.memory_dir.mkdir()
+    (cli.memory_dir / "checkpoint.md").symlink_to(outside)
+    result = cli("checkpoint", "show")
+    assert result.code != 0 and "OUTSIDE-SECRET" not in result.out
+    assert "leads outside" in result.err

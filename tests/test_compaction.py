@@ -427,3 +427,19 @@ async def test_no_transcript_marker_goes_upstream_before_its_original_is_committ
         assert original is not None and original.decode() in body["messages"][1]["content"]
     async with client.get(proxy.url + "/health") as response:
         assert response.status == 200
+
+
+async def test_a_refused_projects_compaction_keeps_nothing(start_proxy, upstream, client, tmp_path):
+    home, _ = make_project(tmp_path, None)
+    outside = tmp_path / "elsewhere" / "proj"
+    outside.mkdir(parents=True)
+    proxy = await start_proxy(
+        upstream=[f"{upstream.url}/v1"], allowed_roots=str(home), data_dir=str(tmp_path / "data")
+    )
+    await send(client, proxy, "/v1/chat/completions", agent_body(outside), "ses_out")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_out")
+    assert list(outside.iterdir()) == []
+    global_dir = tmp_path / "data" / "memory"
+    assert not global_dir.exists() or not any(global_dir.rglob("*checkpoint*"))
+    sent = orjson.loads(upstream.requests[-1].body)
+    assert sent["messages"][1] == COMPACTION["body"]["messages"][1]  # forwarded all the same

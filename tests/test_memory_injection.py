@@ -268,8 +268,11 @@ async def test_outside_the_allowed_root_nothing_is_written(start_proxy, upstream
     ]
     await post(client, proxy, messages)
     assert list(outside.iterdir()) == []
-    report_dir = tmp_path / "data" / "memory"
-    assert "ansible" in (report_dir / "notes.md").read_text()  # kept, but in the global memory
+    global_dir = tmp_path / "data" / "memory"
+    assert not (global_dir / "notes.md").exists()  # a refused project's text goes nowhere
+    inside = [{"role": "system", "content": system_prompt(home / "work" / "app")}]
+    await post(client, proxy, [*inside, {"role": "user", "content": "Remember"}], "ses_2")
+    assert b"ansible" not in upstream.requests[-1].body
 
 
 async def test_captures_go_to_notes_once(start_proxy, upstream, client, tmp_path):
@@ -400,3 +403,43 @@ async def test_an_injection_not_remembered_is_not_sent(start_proxy, upstream, cl
     assert TAG in orjson.loads(upstream.requests[-1].body)["messages"][0]["content"]
     async with client.get(proxy.url + "/health") as response:
         assert response.status == 200
+
+
+async def test_a_symlinked_memory_dir_is_refused_through_the_proxy(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path, memory=None)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "MEMORY.md").write_text("## Constraints\n\n- OUTSIDE-SECRET rule of another tree\n")
+    (project / ".deep-memory").symlink_to(outside, target_is_directory=True)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    messages = [
+        {"role": "system", "content": system_prompt(project)},
+        {"role": "user", "content": "Remember: the OUTSIDE-SECRET rule applies to the tree"},
+    ]
+    await post(client, proxy, messages)
+    assert b"OUTSIDE-SECRET rule of another tree" not in upstream.requests[-1].body
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    async with client.get(f"{proxy.url}/health") as response:
+        health = await response.text()
+    assert "leads outside" in health and "OUTSIDE-SECRET" not in health
+
+
+async def test_a_subdirectory_of_a_repository_gets_the_repositorys_memory(
+    start_proxy, upstream, client, tmp_path
+):
+    home, project = make_project(tmp_path)
+    (project / ".git").mkdir()
+    (project / "src").mkdir()
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    messages = [
+        {"role": "system", "content": system_prompt(project / "src")},
+        {"role": "user", "content": "Remember: run the linters before every commit"},
+    ]
+    await post(client, proxy, messages)
+    system = orjson.loads(upstream.requests[-1].body)["messages"][0]["content"]
+    assert "Never call the network from the request path" in system
+    assert "linters" in (project / ".deep-memory" / "notes.md").read_text()
+    assert not (project / "src" / ".deep-memory").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -19,6 +20,7 @@ from memory.archive import (
     write_checkpoint,
 )
 
+WHEN = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 MESSAGES = [
     {"role": "system", "content": "You are OpenCode."},
     {"role": "user", "content": "修复登录页面的错误"},
@@ -79,3 +81,29 @@ def test_missing_archives_say_what_exists(tmp_path):
     with pytest.raises(ArchiveError, match=r"3 archived messages \(0..2\)"):
         archived_message(tmp_path, "ses_a", 3)
     assert latest_checkpoint(tmp_path / "nowhere") is None
+
+
+def _session_with_archive(memory_dir, sid: str, age_seconds: int, extra: str = "") -> None:
+    directory = memory_dir / "sessions" / sid
+    directory.mkdir(parents=True)
+    for suffix in (".md", ".raw.json"):
+        (directory / f"checkpoint-20261101T000000000000Z{suffix}").write_text("x")
+    if extra:
+        (directory / extra).write_text("kept")
+    past = datetime.now(UTC).timestamp() - age_seconds
+    os.utime(directory, (past, past))
+
+
+def test_a_compaction_prunes_the_archives_of_all_but_the_newest_sessions(tmp_path):
+    for n in range(6):  # ses_5 the most recently compacted
+        extra = "notes-of-mine.txt" if n == 0 else ""
+        _session_with_archive(tmp_path, f"ses_{n}", age_seconds=1000 - n * 100, extra=extra)
+    written = write_checkpoint(tmp_path, "ses_now", WHEN, MESSAGES, "# c\n", keep_sessions=3)
+    left = sorted(p.name for p in (tmp_path / "sessions").iterdir())
+    assert left == ["ses_0", "ses_4", "ses_5", "ses_now"]  # ses_0 only for the user's own file
+    assert list((tmp_path / "sessions" / "ses_0").iterdir()) == [
+        tmp_path / "sessions" / "ses_0" / "notes-of-mine.txt"
+    ]
+    assert sorted({p.parent.name for p in written.removed}) == ["ses_0", "ses_1", "ses_2", "ses_3"]
+    assert len(written.removed) == 8
+    assert latest_checkpoint(tmp_path).session == "ses_now"

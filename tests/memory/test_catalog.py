@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from memory.catalog import MemoryCatalog
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memory import catalog as catalog_module
+from memory.archive import write_checkpoint
+from memory.catalog import INDEXED_SESSIONS, MemoryCatalog
+
+WHEN = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
 def test_recall_shows_a_line_once_though_two_files_hold_it(tmp_path):
@@ -17,3 +25,63 @@ def test_recall_shows_a_line_once_though_two_files_hold_it(tmp_path):
     memory = MemoryCatalog(tmp_path / "data").get(project)
     lines = memory.recall("why does the migration runner fail", limit=5)
     assert [line.text for line in lines] == ["The migration runner needs PGHOST set"]
+
+
+def _project_with_notes(tmp_path):
+    project = tmp_path / "app"
+    (project / ".deep-memory").mkdir(parents=True)
+    (project / ".deep-memory" / "notes.md").write_text(
+        "## 2026-11-20T10:00:00+00:00 (session ses_a) [0123abcd]\n\n"
+        "Remember: deploys go through ansible, never scp.\n"
+    )
+    (project / ".deep-memory" / "MEMORY.md").write_text(
+        "## Gotchas\n\n- The fixture loader breaks when PYTHONHASHSEED is set [2026-11-01]\n"
+    )
+    return MemoryCatalog(tmp_path / "data").get(project)
+
+
+def test_a_message_of_stopwords_alone_recalls_nothing(tmp_path):
+    memory = _project_with_notes(tmp_path)
+    for text in ("Remember", "remember!", "Don't forget", "记住", "Please, can you do it?"):
+        assert memory.recall(text, limit=5) == [], text
+    assert [line.text for line in memory.recall("remember how we deploy with ansible?", 5)] == [
+        "Remember: deploys go through ansible, never scp."
+    ]
+
+
+def test_one_shared_word_of_a_long_message_recalls_nothing(tmp_path):
+    memory = _project_with_notes(tmp_path)
+    long_message = "Rename the fixture constant, bump the changelog, rerun mypy, update docs"
+    assert memory.recall(long_message, limit=5) == []
+    found = memory.recall("the fixture loader fails randomly", limit=5)
+    assert [line.text for line in found] == ["The fixture loader breaks when PYTHONHASHSEED is set"]
+
+
+def test_search_indexes_the_newest_checkpoint_of_the_recent_sessions_only(tmp_path, monkeypatch):
+    project = tmp_path / "app"
+    sessions = project / ".deep-memory" / "sessions"
+    total = INDEXED_SESSIONS + 5
+    for n in range(total):
+        directory = sessions / f"ses_{n:03d}"
+        directory.mkdir(parents=True)
+        for k, word in enumerate(("superseded", "current")):
+            text = f"# Checkpoint — ses_{n:03d}\n\n## Decisions\n\n- {word} plan s{n:03d}\n"
+            (directory / f"checkpoint-2026110{k}T000000000000Z.md").write_text(text)
+        os.utime(directory, (1_000_000 + n, 1_000_000 + n))  # ses_024 compacted last
+    memory = MemoryCatalog(tmp_path / "data").get(project)
+    listings = []
+    real = catalog_module.recent_session_dirs
+    monkeypatch.setattr(
+        catalog_module, "recent_session_dirs", lambda *a: listings.append(a) or real(*a)
+    )
+    found = {hit.document.path for hit in memory.search("current plan", limit=100)}
+    archived = sorted(Path(p).parent.name for p in found if "sessions" in p)
+    assert archived == [f"ses_{n:03d}" for n in range(total - INDEXED_SESSIONS, total)]
+    assert not memory.search("superseded", limit=100)
+    memory.search("plan", limit=5)
+    memory.recall("what was the plan", limit=5)
+    assert len(listings) == 1  # the archive is not listed again while it does not change
+    write_checkpoint(project / ".deep-memory", "ses_new", WHEN, [], "## Decisions\n\n- zebra\n")
+    hits = memory.search("zebra")
+    assert len(listings) == 2  # a compaction changed it: listed once more
+    assert any("ses_new" in hit.document.path for hit in hits)

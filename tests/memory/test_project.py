@@ -12,6 +12,7 @@ from memory.project import (
     global_memory_dir,
     project_memory_dir,
     working_directory_from_prompt,
+    workspace_root_from_prompt,
 )
 from memory.store import MemoryStore
 
@@ -168,3 +169,73 @@ def test_memory_dir_helpers(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             project_memory_dir(tmp_path, bad)
     assert global_memory_dir(tmp_path) == tmp_path / "memory"
+
+
+def opencode_prompt(working: Path, workspace: Path | str) -> str:
+    return (
+        "You are OpenCode.\n<env>\n"
+        f"  Working directory: {working}\n"
+        f"  Workspace root folder: {workspace}\n"
+        "  Is directory a git repo: yes\n</env>\n"
+    )
+
+
+def test_workspace_root_in_opencode_fixtures() -> None:
+    prompts = [
+        text
+        for capture in sorted(FIXTURES.glob("*.json"))
+        for text in _strings(json.loads(capture.read_text(encoding="utf-8")))
+        if "Workspace root folder:" in text
+    ]
+    assert prompts
+    for text in prompts:
+        assert workspace_root_from_prompt(text) == "/home/dev/demo-repo"
+
+
+def test_subdirectory_of_a_git_repository_gets_the_repositorys_memory(home: Path) -> None:
+    repo = home / "repo"
+    (repo / "src" / "pkg").mkdir(parents=True)
+    (repo / ".git").mkdir()
+    (repo / "src" / ".deep-memory").mkdir()  # left behind by the old rule: the git root wins
+    for working in (repo / "src", repo / "src" / "pkg"):
+        result = explain_project_dir(None, None, prompt(working), [home])
+        assert result.path == repo.resolve() and "git root" in result.reason
+    assert store_for_request(prompt(repo / "src"), [home])
+    assert (repo / ".deep-memory" / "MEMORY.md").exists()
+    assert not (repo / "src" / ".deep-memory" / "MEMORY.md").exists()
+
+
+def test_git_worktree_file_counts_as_a_git_root(home: Path) -> None:
+    (home / "proj" / "lib").mkdir()
+    (home / "proj" / ".git").write_text("gitdir: /elsewhere/.git/worktrees/proj\n")
+    result = explain_project_dir(None, None, prompt(home / "proj" / "lib"), [home])
+    assert result.path == (home / "proj").resolve()
+
+
+def test_workspace_root_then_existing_memory_then_the_directory_itself(home: Path) -> None:
+    deep = home / "proj" / "a" / "b"
+    deep.mkdir(parents=True)
+    named = explain_project_dir(None, None, opencode_prompt(deep, home / "proj"), [home])
+    assert named.path == (home / "proj").resolve() and "workspace root" in named.reason
+    # OpenCode names "/" outside a repository: not a project root
+    (home / "proj" / "a" / ".deep-memory").mkdir()
+    found = explain_project_dir(None, None, opencode_prompt(deep, "/"), [home])
+    assert found.path == (home / "proj" / "a").resolve()
+    plain = explain_project_dir(None, None, prompt(home / "other"), [home])
+    assert plain.path == (home / "other").resolve()
+
+
+def test_widening_never_leaves_the_allowed_root(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()  # a repository around the allowed root
+    root = tmp_path / "root"
+    (root / "proj").mkdir(parents=True)
+    result = explain_project_dir(None, None, opencode_prompt(root / "proj", tmp_path), [root])
+    assert result.path == (root / "proj").resolve()
+
+
+def test_header_and_config_are_not_widened(home: Path) -> None:
+    (home / "proj" / ".git").mkdir()
+    (home / "proj" / "sub").mkdir()
+    sub = home / "proj" / "sub"
+    assert explain_project_dir(None, str(sub), "", [home]).path == sub.resolve()
+    assert explain_project_dir(sub, None, "", [home]).path == sub.resolve()

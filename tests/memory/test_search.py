@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rank_bm25 import BM25Okapi
 
+from memory.catalog import _STOPWORDS, RECALL_MIN_COVERAGE
 from memory.search import (
     Hit,
     MemoryIndex,
@@ -168,6 +169,19 @@ def test_default_tokenizer_top1_accuracy(files) -> None:
     top1, top3 = _accuracy(_index(files), files)
     assert top1 >= 0.8
     assert top3 >= 0.9
+
+
+def test_the_recall_floor_keeps_the_labelled_accuracy(files) -> None:
+    index, labels = _index(files), LABELS
+    top1 = top3 = 0
+    for label in labels:
+        query = _STOPWORDS.sub(" ", label.query)
+        hits = index.search(query, limit=3, now=NOW, min_coverage=RECALL_MIN_COVERAGE)
+        flags = [_correct(hit, label, files) for hit in hits]
+        top1 += bool(flags) and flags[0]
+        top3 += any(flags)
+    unfloored_top1, unfloored_top3 = _accuracy(index, files)
+    assert top1 / len(labels) >= unfloored_top1 and top3 / len(labels) >= unfloored_top3
 
 
 def test_tokenizer_comparison(files, capsys) -> None:

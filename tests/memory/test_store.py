@@ -294,7 +294,7 @@ WRITER = """
 import sys, time
 from pathlib import Path
 from memory.store import MemoryStore
-store = MemoryStore(Path(sys.argv[1]))
+store = MemoryStore(Path(sys.argv[1]), lock_dir=Path(sys.argv[4]))  # the shared data dir's
 tag = sys.argv[2]
 go = Path(sys.argv[3])
 while not go.exists():  # start barrier: both writers begin together
@@ -309,9 +309,12 @@ for i in range(500):
 def test_two_processes_store_concurrently(tmp_path: Path) -> None:
     root = tmp_path / ".deep-memory"
     go = tmp_path / "go"
+    locks = tmp_path / "data" / "locks"
     started = time.monotonic()
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(root), tag, str(go)], cwd=ROOT)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(root), tag, str(go), str(locks)], cwd=ROOT
+        )
         for tag in ("alpha", "beta")
     ]
     time.sleep(0.5)
@@ -325,4 +328,5 @@ def test_two_processes_store_concurrently(tmp_path: Path) -> None:
     writers = [e.text.split()[1] for e in entries]
     switches = sum(a != b for a, b in pairwise(writers))
     assert switches >= 2, "the two writers never interleaved"
+    assert not list(root.glob("*.lock")) and list(locks.glob("*.lock"))  # locks out of the project
     assert elapsed < 60, elapsed
