@@ -197,7 +197,7 @@ def session_handler(
                     raise ArchiveError(f"no checkpoint for session {session_id!r} in {memory_dir}")
                 text = archives[0].checkpoint.read_text(encoding="utf-8")
                 return web.Response(text=text, content_type="text/markdown", charset="utf-8")
-            if not what.isdigit():
+            if not (what.isascii() and what.isdigit()):  # isdigit alone accepts "²"
                 return error_response(
                     400, "the message number must be 0 or more", "invalid_request", "bad_index"
                 )

@@ -215,3 +215,25 @@ def test_memory_endpoints_are_admin_only(tmp_path):
     import asyncio
 
     assert asyncio.run(run()).status == 403
+
+
+async def test_malformed_import_and_message_number_are_clear_400s(
+    start_proxy, upstream, client, tmp_path
+):
+    """Were 500s: a RecursionError from the import parser, a ValueError from int('²')."""
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    headers = {"X-Deep-Memory-Project": str(project)}
+    for nested in (b"[" * 100_000, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000):
+        async with client.post(
+            f"{proxy.url}/memory/import", data=nested, headers=headers
+        ) as response:
+            assert response.status == 400
+            assert "nests too deeply" in (await response.json())["error"]["message"]
+    for number in ("²", "٣", "１"):  # unicode digits: str.isdigit() is true, int() may refuse
+        async with client.get(
+            f"{proxy.url}/sessions/ses_x/messages/{number}", headers=headers
+        ) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+            assert error["code"] == "bad_index" and "0 or more" in error["message"]
