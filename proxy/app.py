@@ -271,6 +271,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         kind = result.kind.value
         if outcome == Outcome.NOT_JSON:
             metrics.inc("deepmem_non_json_bodies_total", route=route)
+        elif outcome == Outcome.NOT_CHAT:
+            metrics.inc("deepmem_unrecognised_bodies_total", route=route)
         elif outcome == Outcome.FAILED_OPEN:
             metrics.inc("deepmem_fail_open_total", route=route)
             log.warning(

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from compressors.view import Conversation, Dialect, parse_conversation
+from compressors.view import Conversation, Dialect, UnrecognisedBody, parse_conversation
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
@@ -64,7 +64,7 @@ class Outcome:
     FORWARDED = "forwarded"  # parsed; nothing changed, original bytes go upstream
     REWRITTEN = "rewritten"
     NOT_JSON = "not_json"  # relayed untouched, the provider answers it
-    NOT_CHAT = "not_chat"  # JSON, but not a conversation of this dialect
+    NOT_CHAT = "not_chat"  # JSON, but not a conversation of this dialect (UnrecognisedBody)
     FAILED_OPEN = "failed_open"  # our code raised; original bytes go upstream
 
 
@@ -99,7 +99,10 @@ def rewrite_request(
     try:
         try:
             conversation = parse_conversation(dialect, body)
-        except ValueError as exc:
+        except UnrecognisedBody as exc:  # the client's or provider's business, not a bug of ours
+            log.info(
+                "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc
+            )
             return Rewrite(raw, Outcome.NOT_CHAT, session_id, kind, error=str(exc))
         session_id = session_id_for(headers, conversation)
         kind = classify(conversation)

@@ -5,14 +5,27 @@ Numbers beyond 64 bits, bodies of a shape deepmem does not understand, compresse
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import logging
 import re
+import tempfile
+from collections.abc import Iterator
+from typing import Any
 
-from hypothesis import example, given, settings
+import aiohttp
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from compressors.view import Conversation, Dialect
-from proxy.pipeline import Outcome, RequestContext, rewrite_request
+from proxy.config import load_settings
+from proxy.pipeline import Outcome, RequestContext, Transform, rewrite_request
+from proxy.stages import build_transforms, open_stores
+from tests.conftest import RunningProxy
+from tests.fake_upstream import FakeUpstream
+from tests.strategies import render, sessions
 
 HEADERS = {"x-session-id": "hygiene"}
 
@@ -62,3 +75,141 @@ def test_rewritten_body_keeps_the_exact_text_of_integers_beyond_64_bits(
     assert forwarded["messages"][0]["x_trace"] == in_message
     assert forwarded["messages"][1]["x_numbers"] == in_list
     assert forwarded["messages"][0]["content"] == "rewritten"
+
+
+# --- item 16: bodies of a shape deepmem does not read are relayed quietly -------------------
+
+
+@contextlib.contextmanager
+def deepmem_records() -> Iterator[list[logging.LogRecord]]:
+    """Every record the deepmem loggers emit meanwhile (a hypothesis test cannot use caplog)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("deepmem")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def real_transforms() -> Iterator[list[Transform]]:
+    with tempfile.TemporaryDirectory() as data_dir:
+        proxy_settings = load_settings({"data_dir": data_dir}, environ={})
+        yield build_transforms(proxy_settings, open_stores(proxy_settings, in_memory=True))
+
+
+def _chat(*messages: object, **extra: object) -> dict[str, Any]:
+    return {"model": "m", "messages": list(messages), **extra}
+
+
+USER = {"role": "user", "content": "hello"}
+WRONG_SHAPES: list[tuple[Dialect, dict[str, Any]]] = [
+    (Dialect.OPENAI_CHAT, _chat(USER, {"role": "assistant", "content": "x", "tool_calls": 5})),
+    (Dialect.OPENAI_CHAT, _chat(USER, tools=5)),
+    (Dialect.OPENAI_CHAT, _chat(USER, {"role": "user", "content": {"text": "x"}})),
+    (Dialect.OPENAI_CHAT, _chat(USER, "not a message")),
+    (Dialect.OPENAI_CHAT, _chat({"role": ["user"], "content": "x"})),
+    (Dialect.ANTHROPIC, _chat({"role": "user"})),
+    (Dialect.ANTHROPIC, _chat({"role": "user", "content": [{"type": {"x": 1}, "text": "t"}]})),
+    (Dialect.ANTHROPIC, _chat({"role": "user", "content": [{"type": ["text"]}]})),
+    (Dialect.ANTHROPIC, _chat(USER, system={"text": "s"})),
+    (Dialect.OPENAI_RESPONSES, {"input": [{"type": "message", "role": "user"}]}),
+    (Dialect.OPENAI_RESPONSES, {"input": [{"type": "reasoning"}]}),
+    (Dialect.OPENAI_RESPONSES, {"input": [{"role": "user", "content": 3}], "tools": {}}),
+]
+
+
+@pytest.mark.parametrize(("dialect", "body"), WRONG_SHAPES)
+def test_body_of_a_shape_deepmem_does_not_read_is_relayed_without_an_error_log(
+    real_transforms: list[Transform], dialect: Dialect, body: dict[str, Any]
+) -> None:
+    """Were fail-opens logged at ERROR with a traceback (KeyError, TypeError in the view)."""
+    raw = json.dumps(body).encode()
+    with deepmem_records() as records:
+        rewrite = rewrite_request(raw, dialect, HEADERS, real_transforms)
+    assert rewrite.outcome == Outcome.NOT_CHAT and rewrite.body is raw
+    assert [r.levelno for r in records] == [logging.INFO]
+    assert records[0].exc_info is None and "relayed unchanged" in records[0].getMessage()
+
+
+WRONG_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just({"type": {"nested": True}}),
+    st.just([{"type": ["text"]}]),
+)
+DELETE = object()
+STRUCTURAL_KEYS = {"messages", "input", "content", "role", "type", "tool_calls", "tools", "system"}
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    if isinstance(value, dict | list):
+        for key, child in value.items() if isinstance(value, dict) else enumerate(value):
+            yield from _paths(child, (*path, key))
+
+
+@st.composite
+def wrong_shaped_bodies(draw: st.DrawFn) -> tuple[Dialect, bytes]:
+    """A real-looking request with values replaced, or keys (such as ``content``) removed."""
+    rendered = render(draw(sessions(max_turns=2)), draw(st.sampled_from(list(Dialect))))
+    body: Any = rendered.request(rendered.boundaries[-1])
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [path for path in _paths(body) if path]
+        structural = [path for path in paths if path[-1] in STRUCTURAL_KEYS]
+        path = draw(st.sampled_from(structural or paths) | st.sampled_from(paths))
+        holder = body
+        for part in path[:-1]:
+            holder = holder[part]
+        value = draw(st.just(DELETE) | WRONG_VALUES)
+        if value is DELETE and isinstance(holder, dict):
+            del holder[path[-1]]
+        elif value is not DELETE:
+            holder[path[-1]] = copy.deepcopy(value)
+    return rendered.dialect, json.dumps(body).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(wrong_shaped_bodies())
+def test_wrong_shaped_bodies_never_fail_open_nor_log_errors(
+    real_transforms: list[Transform], case: tuple[Dialect, bytes]
+) -> None:
+    dialect, raw = case
+    with deepmem_records() as records:
+        rewrite = rewrite_request(raw, dialect, HEADERS, real_transforms)
+    assert rewrite.outcome != Outcome.FAILED_OPEN, rewrite.error
+    assert not [r for r in records if r.levelno >= logging.WARNING or r.exc_info]
+    if rewrite.outcome != Outcome.REWRITTEN:
+        assert rewrite.body is raw
+
+
+async def test_unrecognised_body_through_the_proxy_is_relayed_and_counted(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    raw = json.dumps(_chat(USER, {"role": "assistant", "tool_calls": 5})).encode()
+    caplog.set_level(logging.INFO, logger="deepmem")
+    async with client.post(
+        f"{proxy.url}/v1/chat/completions",
+        data=raw,
+        headers={"Content-Type": "application/json", "x-session-id": "odd"},
+    ) as response:
+        assert response.status == 200
+    assert upstream.requests[-1].body == raw
+    metrics = proxy.state.metrics
+    assert metrics.counter_total("deepmem_unrecognised_bodies_total") == 1
+    assert metrics.counter_total("deepmem_fail_open_total") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
