@@ -364,7 +364,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         if record is not None:
             record.status = status or 499
         _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
-        raise
+        return web.Response(status=499)  # nobody reads it; raising would log a traceback
     except (TimeoutError, aiohttp.ClientError) as exc:
         timed_out = isinstance(exc, asyncio.TimeoutError)
         code = 504 if timed_out else 502

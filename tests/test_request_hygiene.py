@@ -5,6 +5,7 @@ Numbers beyond 64 bits, bodies of a shape deepmem does not understand, compresse
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
@@ -16,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -213,3 +215,42 @@ async def test_unrecognised_body_through_the_proxy_is_relayed_and_counted(
     assert metrics.counter_total("deepmem_unrecognised_bodies_total") == 1
     assert metrics.counter_total("deepmem_fail_open_total") == 0
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+async def test_client_leaving_mid_stream_logs_no_traceback(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Was 'Error handling request' with a ConnectionResetError traceback from aiohttp."""
+
+    async def firehose(request: web.Request, body: bytes) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            for n in range(20_000):
+                await response.write(b'data: {"n": %d, "pad": "%s"}\n\n' % (n, b"x" * 2000))
+        return response
+
+    upstream.handler = firehose
+    caplog.set_level(logging.DEBUG)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s"
+    )
+    body = json.dumps(_chat(USER, stream=True)).encode()
+    port = int(proxy.url.rsplit(":", 1)[1])
+    for half_close in (True, False) * 3:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request % (len(body), body))
+        await reader.readuntil(b"data: ")
+        if half_close:
+            writer.write_eof()  # the proxy's next write meets a closing transport
+        else:
+            writer.transport.abort()  # a reset, as when OpenCode is killed
+        await asyncio.sleep(0.2)
+        writer.close()
+    disconnects = proxy.state.metrics.counter_total("deepmem_client_disconnects_total")
+    assert disconnects == 6
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
