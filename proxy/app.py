@@ -33,6 +33,7 @@ from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
+from proxy.request_body import UnreadableBody, content_coding, decode_body
 from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
 from proxy.stages import Stores, build_transforms, open_stores
 
@@ -245,8 +246,13 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     outcome = "relayed"
     body: object
     if dialect is not None:
+        coding = content_coding(request.headers)
         try:
-            raw = await request.read()
+            wire = await request.read()  # as received: the server does not inflate bodies
+            raw = decode_body(wire, coding, settings.max_body_bytes)
+        except UnreadableBody as exc:
+            metrics.inc("deepmem_requests_total", route=route, status="400")
+            return _error(style, 400, f"deepmem: {exc}", "invalid_request_error", "bad_encoding")
         except web.HTTPRequestEntityTooLarge:
             metrics.inc("deepmem_requests_total", route=route, status="413")
             return _error(
@@ -281,6 +287,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         bytes_in, bytes_out = len(raw), len(result.body)
         metrics.inc("deepmem_bytes_out_total", bytes_out)
         headers = upstream_request_headers(request.headers, keep_content_length=False)
+        if not result.changed:
+            body = wire  # exactly as received, compressed or not, with its Content-Encoding
+        elif coding:
+            del headers["Content-Encoding"]  # a rewritten body goes upstream uncompressed
     else:
         report = memory_report = compaction_report = None
         body = request.content if request.body_exists else None
@@ -492,7 +502,11 @@ async def _stop(app: web.Application) -> None:
 
 def create_app(settings: Settings, transforms: list[Transform] | None = None) -> web.Application:
     """The proxy; ``transforms`` replaces the configured compression stage (tests use it)."""
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    # Request bodies are not inflated by the server: relayed ones go upstream as received
+    # (proxy/request_body.py decodes for the chat routes and the proxy's own endpoints).
+    app = web.Application(
+        client_max_size=settings.max_body_bytes, handler_args={"auto_decompress": False}
+    )
     health = Health()
     try:
         stores = open_stores(settings)

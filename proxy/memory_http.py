@@ -34,6 +34,7 @@ from proxy.admin import admin_allowed, error_response, forbidden, json_response
 from proxy.config import Settings
 from proxy.memory_api import MemoryCallError, MemoryService
 from proxy.projects import AmbiguousProject, ProjectChoice
+from proxy.request_body import UnreadableBody, read_body
 
 Operation = Callable[[web.Request, ProjectMemory, ProjectChoice, dict[str, Any]], Any]
 
@@ -42,8 +43,8 @@ def _flag(raw: str | None) -> bool:
     return (raw or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+async def _json_body(request: web.Request, limit: int) -> dict[str, Any]:
+    raw = await read_body(request, limit)
     if not raw.strip():
         return {}
     try:
@@ -116,14 +117,16 @@ def memory_handler(
         if not admin_allowed(request, settings):
             return forbidden()
         name = request.match_info["operation"]
-        response = await _dispatch(request, name, service)
+        response = await _dispatch(request, name, service, settings.max_body_bytes)
         on_call(name, response.status)
         return response
 
     return handle
 
 
-async def _dispatch(request: web.Request, name: str, service: MemoryService) -> web.StreamResponse:
+async def _dispatch(
+    request: web.Request, name: str, service: MemoryService, body_limit: int
+) -> web.StreamResponse:
     table = GET_OPERATIONS if request.method == "GET" else POST_OPERATIONS
     if name not in GET_OPERATIONS and name not in POST_OPERATIONS and name != "import":
         known = ", ".join([*GET_OPERATIONS, *POST_OPERATIONS, "import"])
@@ -139,10 +142,10 @@ async def _dispatch(request: web.Request, name: str, service: MemoryService) -> 
             memory, choice = service.choose(
                 q.get("project"), _endpoint(request), q.get("scope", "project")
             )
-            data = (await request.read()).decode("utf-8")
+            data = (await read_body(request, body_limit)).decode("utf-8")
             result = memory_api.import_(memory, choice, data, _flag(q.get("force")))
             return json_response(result)
-        body = await _json_body(request) if expected == "POST" else {}
+        body = await _json_body(request, body_limit) if expected == "POST" else {}
         memory, choice = service.choose(
             body.get("project", q.get("project")),
             _endpoint(request),
@@ -151,7 +154,7 @@ async def _dispatch(request: web.Request, name: str, service: MemoryService) -> 
         result = table[name](request, memory, choice, body)
     except AmbiguousProject as exc:
         return error_response(409, str(exc), "ambiguous_project", "ambiguous_project")
-    except (MemoryCallError, UnicodeDecodeError) as exc:
+    except (MemoryCallError, UnicodeDecodeError, UnreadableBody) as exc:
         return error_response(400, str(exc), "invalid_request", "bad_memory_request")
     except (OSError, LockTimeout) as exc:
         return error_response(

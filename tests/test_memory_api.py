@@ -237,3 +237,24 @@ async def test_malformed_import_and_message_number_are_clear_400s(
             assert response.status == 400
             error = (await response.json())["error"]
             assert error["code"] == "bad_index" and "0 or more" in error["message"]
+
+
+async def test_memory_import_reads_a_gzip_body(start_proxy, upstream, client, tmp_path):
+    """The server leaves request bodies compressed (relays forward them as received), so the
+    memory endpoints decode gzip themselves."""
+    import gzip
+
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    headers = {"X-Deep-Memory-Project": str(project), "Content-Encoding": "gzip"}
+    export = orjson.dumps({"entries": [{"section": "Facts", "text": "Builds run on Fridays"}]})
+    async with client.post(
+        f"{proxy.url}/memory/import", data=gzip.compress(export), headers=headers
+    ) as response:
+        assert response.status == 200, await response.text()
+        assert (await response.json())["added"] == 1
+    async with client.post(
+        f"{proxy.url}/memory/store", data=b"not gzip", headers=headers
+    ) as response:
+        assert response.status == 400
+        assert "not valid gzip" in (await response.json())["error"]["message"]

@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import gzip
 import json
 import logging
 import re
 import tempfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -20,12 +23,13 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from multidict import CIMultiDictProxy
 
 from compressors.view import Conversation, Dialect
 from proxy.config import load_settings
 from proxy.pipeline import Outcome, RequestContext, Transform, rewrite_request
 from proxy.stages import build_transforms, open_stores
-from tests.conftest import RunningProxy
+from tests.conftest import ProxyFactory, RunningProxy
 from tests.fake_upstream import FakeUpstream
 from tests.strategies import render, sessions
 
@@ -254,3 +258,140 @@ async def test_client_leaving_mid_stream_logs_no_traceback(
     assert disconnects == 6
     noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
     assert not noisy, [(r.name, r.getMessage()) for r in noisy]
+
+
+# --- item 15: compressed request bodies -----------------------------------------------------
+
+
+@dataclass
+class RawUpstream:
+    """An upstream that records each request body exactly as it arrived, still compressed."""
+
+    url: str = ""
+    seen: list[tuple[CIMultiDictProxy[str], bytes]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append((request.headers, await request.read()))
+        return web.json_response({"id": "c1", "choices": []})
+
+
+@pytest.fixture
+async def raw_upstream() -> AsyncIterator[RawUpstream]:
+    recorder = RawUpstream()
+    app = web.Application(handler_args={"auto_decompress": False})
+    app.router.add_route("*", "/{tail:.*}", recorder.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    recorder.url = f"http://127.0.0.1:{port}"
+    yield recorder
+    await runner.cleanup()
+
+
+def raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+CODINGS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "x-gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "deflate ": raw_deflate,  # the same coding without the zlib wrapper, as some clients send
+}
+CHAT = json.dumps(_chat({"role": "user", "content": "compress me"})).encode()
+
+
+async def post(
+    client: aiohttp.ClientSession, url: str, wire: bytes, coding: str
+) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json", "Content-Encoding": coding}
+    async with client.post(url, data=wire, headers=headers) as response:
+        return response.status, await response.read()
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+async def test_rewritten_compressed_body_goes_upstream_decoded_and_relabelled(
+    start_proxy: ProxyFactory,
+    raw_upstream: RawUpstream,
+    client: aiohttp.ClientSession,
+    coding: str,
+) -> None:
+    """Was forwarded decoded but still labelled 'Content-Encoding: gzip'."""
+    proxy = await start_proxy([mark_first_item], upstream=[f"{raw_upstream.url}/v1"])
+    status, _ = await post(
+        client, f"{proxy.url}/v1/chat/completions", CODINGS[coding](CHAT), coding
+    )
+    assert status == 200
+    [(headers, body)] = raw_upstream.seen
+    assert json.loads(body)["messages"][0]["content"] == "rewritten"
+    assert "Content-Encoding" not in headers
+    assert headers["Content-Length"] == str(len(body))
+
+
+@pytest.mark.parametrize("coding", [*CODINGS, "br", "zstd", "gzip, gzip"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/embeddings", "/v1/files"])
+async def test_body_not_rewritten_goes_upstream_exactly_as_received(
+    start_proxy: ProxyFactory,
+    raw_upstream: RawUpstream,
+    client: aiohttp.ClientSession,
+    coding: str,
+    path: str,
+) -> None:
+    """Relay routes kept the compressed Content-Length beside the inflated body (truncated
+    upstream); br and zstd got a plain-text 400 from the server before the handler."""
+    proxy = await start_proxy([], upstream=[f"{raw_upstream.url}/v1"])
+    wire = CODINGS.get(coding, lambda data: b"\x28\xb5\x2f\xfd opaque " + data)(CHAT)
+    status, _ = await post(client, proxy.url + path, wire, coding)
+    assert status == 200
+    [(headers, body)] = raw_upstream.seen
+    assert body == wire
+    assert headers["Content-Encoding"] == coding.strip()
+    assert headers["Content-Length"] == str(len(wire))
+
+
+@pytest.mark.parametrize(
+    ("coding", "wire"),
+    [
+        ("gzip", b"definitely not gzip"),
+        ("gzip", gzip.compress(CHAT)[:-12]),  # truncated
+        ("deflate", b"\x78\x9c" + b"\xff" * 20),
+        ("gzip", gzip.compress(CHAT) + b"trailing junk"),
+    ],
+)
+@pytest.mark.parametrize("route", ["/openai/chat/completions", "/anthropic/messages"])
+async def test_corrupt_compressed_body_is_a_400_in_the_provider_shape(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+    coding: str,
+    wire: bytes,
+    route: str,
+) -> None:
+    """Was a bare 500 with a traceback."""
+    status, answer = await post(client, proxy.url + route, wire, coding)
+    assert status == 400
+    error = json.loads(answer)
+    if route.startswith("/anthropic"):
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        message = error["error"]["message"]
+    else:
+        assert error["error"]["code"] == "bad_encoding"
+        message = error["error"]["message"]
+    assert message.startswith("deepmem: the ") and coding in message
+    assert upstream.requests == []
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+async def test_compressed_body_inflating_beyond_the_limit_is_a_413(
+    start_proxy: ProxyFactory, raw_upstream: RawUpstream, client: aiohttp.ClientSession
+) -> None:
+    proxy = await start_proxy([], upstream=[f"{raw_upstream.url}/v1"], max_body_mb="1")
+    bomb = gzip.compress(b'{"messages": [], "x": "' + b"a" * 3_000_000 + b'"}')
+    assert len(bomb) < 100_000
+    status, answer = await post(client, f"{proxy.url}/v1/chat/completions", bomb, "gzip")
+    assert status == 413 and b"1 MiB" in answer
+    assert raw_upstream.seen == []
