@@ -43,8 +43,8 @@ def _flag(raw: str | None) -> bool:
     return (raw or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-async def _json_body(request: web.Request, limit: int) -> dict[str, Any]:
-    raw = await read_body(request, limit)
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    raw = await read_body(request)
     if not raw.strip():
         return {}
     try:
@@ -117,16 +117,14 @@ def memory_handler(
         if not admin_allowed(request, settings):
             return forbidden()
         name = request.match_info["operation"]
-        response = await _dispatch(request, name, service, settings.max_body_bytes)
+        response = await _dispatch(request, name, service)
         on_call(name, response.status)
         return response
 
     return handle
 
 
-async def _dispatch(
-    request: web.Request, name: str, service: MemoryService, body_limit: int
-) -> web.StreamResponse:
+async def _dispatch(request: web.Request, name: str, service: MemoryService) -> web.StreamResponse:
     table = GET_OPERATIONS if request.method == "GET" else POST_OPERATIONS
     if name not in GET_OPERATIONS and name not in POST_OPERATIONS and name != "import":
         known = ", ".join([*GET_OPERATIONS, *POST_OPERATIONS, "import"])
@@ -142,10 +140,10 @@ async def _dispatch(
             memory, choice = service.choose(
                 q.get("project"), _endpoint(request), q.get("scope", "project")
             )
-            data = (await read_body(request, body_limit)).decode("utf-8")
+            data = (await read_body(request)).decode("utf-8")
             result = memory_api.import_(memory, choice, data, _flag(q.get("force")))
             return json_response(result)
-        body = await _json_body(request, body_limit) if expected == "POST" else {}
+        body = await _json_body(request) if expected == "POST" else {}
         memory, choice = service.choose(
             body.get("project", q.get("project")),
             _endpoint(request),

@@ -61,6 +61,7 @@ def _zlib_header(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
+async def read_body(request: web.Request) -> bytes:
     """The whole request body, decoded, for the proxy's own endpoints."""
-    return decode_body(await request.read(), content_coding(request.headers), limit)
+    wire = await request.read()
+    return decode_body(wire, content_coding(request.headers), request.client_max_size)

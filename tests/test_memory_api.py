@@ -258,3 +258,9 @@ async def test_memory_import_reads_a_gzip_body(start_proxy, upstream, client, tm
     ) as response:
         assert response.status == 400
         assert "not valid gzip" in (await response.json())["error"]["message"]
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    async with client.post(
+        f"{proxy.url}/mcp", data=gzip.compress(orjson.dumps(message)), headers=headers
+    ) as response:
+        assert response.status == 200
+        assert (await response.json())["result"]["tools"]
