@@ -309,12 +309,13 @@ def _walk_openai_chat(conversation: Conversation) -> None:
                     )
         elif role_name in ("tool", "function"):
             call_id = str(message.get("tool_call_id", ""))
-            name = call_names.get(call_id) or message.get("name")
+            named = message.get("name")
+            tool_name = call_names.get(call_id) or (named if isinstance(named, str) else None)
             start = len(items)
             if "content" in message:
                 _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, message, "content")
             for item in items[start:]:
-                item.call_id, item.tool_name = call_id, name
+                item.call_id, item.tool_name = call_id, tool_name
 
 
 def _walk_anthropic(conversation: Conversation) -> None:

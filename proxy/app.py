@@ -263,7 +263,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 "request_too_large",
                 "request_too_large",
             )
-        metrics.inc("deepmem_bytes_in_total", len(raw))
+        metrics.inc("deepmem_bytes_in_total", len(wire))
         if settings.log_bodies:
             log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
         result = rewrite_request(
@@ -273,7 +273,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         report = reports.get(REPORT)
         memory_report = reports.get(MEMORY_REPORT)
         compaction_report = reports.get(COMPACTION_REPORT)
-        body, session_id, outcome = result.body, result.session_id, result.outcome
+        forwarded = result.body if result.changed else wire  # unchanged: exactly as received
+        body, session_id, outcome = forwarded, result.session_id, result.outcome
         kind = result.kind.value
         if outcome == Outcome.NOT_JSON:
             metrics.inc("deepmem_non_json_bodies_total", route=route)
@@ -284,12 +285,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             log.warning(
                 "fail-open", extra={"fields": {"session": session_id, "error": result.error}}
             )
-        bytes_in, bytes_out = len(raw), len(result.body)
-        metrics.inc("deepmem_bytes_out_total", bytes_out)
+        bytes_in, bytes_out = len(raw), len(result.body)  # the statistics compare decoded sizes
+        metrics.inc("deepmem_bytes_out_total", len(forwarded))
         headers = upstream_request_headers(request.headers, keep_content_length=False)
-        if not result.changed:
-            body = wire  # exactly as received, compressed or not, with its Content-Encoding
-        elif coding:
+        if result.changed and coding:
             del headers["Content-Encoding"]  # a rewritten body goes upstream uncompressed
     else:
         report = memory_report = compaction_report = None
