@@ -395,3 +395,37 @@ async def test_compressed_body_inflating_beyond_the_limit_is_a_413(
     status, answer = await post(client, f"{proxy.url}/v1/chat/completions", bomb, "gzip")
     assert status == 413 and b"1 MiB" in answer
     assert raw_upstream.seen == []
+
+
+def test_tool_call_arguments_with_a_huge_integer_are_read_not_failed_open(
+    real_transforms: list[Transform],
+) -> None:
+    """Was a fail-open with an ERROR traceback: orjson cannot serialise the exactly-parsed
+    integer when the view renders the arguments object as text."""
+    log = "\n".join(
+        f"line {n}: worker processed item {n} in module pkg.sub_{n % 7}" for n in range(3000)
+    )
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "run it"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "bash", "input": {"n": 2**80}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": log}],
+            },
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "next"},
+        ],
+    }
+    raw = json.dumps(body).encode()
+    with deepmem_records() as records:
+        rewrite = rewrite_request(raw, Dialect.ANTHROPIC, HEADERS, real_transforms)
+    assert rewrite.outcome in (Outcome.REWRITTEN, Outcome.FORWARDED), rewrite.error
+    assert str(2**80).encode() in rewrite.body
+    assert not [r for r in records if r.levelno >= logging.WARNING]
