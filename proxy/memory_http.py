@@ -198,9 +198,13 @@ def session_handler(
                     raise ArchiveError(f"no checkpoint for session {session_id!r} in {memory_dir}")
                 text = archives[0].checkpoint.read_text(encoding="utf-8")
                 return web.Response(text=text, content_type="text/markdown", charset="utf-8")
-            if not (what.isascii() and what.isdigit()):  # isdigit alone accepts "²"
+            # isdigit alone accepts "²", which int() refuses; int() refuses 4,300 digits too
+            if not (what.isascii() and what.isdigit() and len(what) <= 18):
                 return error_response(
-                    400, "the message number must be 0 or more", "invalid_request", "bad_index"
+                    400,
+                    "the message number must be 0 or more, in at most 18 ASCII digits",
+                    "invalid_request",
+                    "bad_index",
                 )
             return json_response(archived_message(memory_dir, session_id, int(what)))
         except ArchiveError as exc:

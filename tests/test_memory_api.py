@@ -230,7 +230,8 @@ async def test_malformed_import_and_message_number_are_clear_400s(
         ) as response:
             assert response.status == 400
             assert "nests too deeply" in (await response.json())["error"]["message"]
-    for number in ("²", "٣", "１"):  # unicode digits: str.isdigit() is true, int() may refuse
+    # unicode digits: str.isdigit() is true, int() may refuse; int() refuses 5,000 digits
+    for number in ("²", "٣", "１", "9" * 5000):
         async with client.get(
             f"{proxy.url}/sessions/ses_x/messages/{number}", headers=headers
         ) as response:
