@@ -8,6 +8,7 @@ survives serialisation.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +17,13 @@ from typing import Any
 import orjson
 
 JsonObject = dict[str, Any]
+
+
+class UnrecognisedBody(ValueError):
+    """JSON that is not a chat body of the dialect, or one with a field of a shape the view
+    does not understand (a message that is not an object, ``tool_calls`` that is not a list, a
+    ``content`` that is neither text nor a list of parts...). The proxy relays such a body
+    unchanged and lets the provider answer it."""
 
 
 class Dialect(StrEnum):
@@ -67,7 +75,10 @@ class Item:
             return value
         if value is None:
             return ""
-        return orjson.dumps(value).decode()
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:  # an integer beyond 64 bits (bodies that have one are parsed exactly)
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
     def set_text(self, text: str) -> None:
         self.holder[self.key] = text
@@ -209,9 +220,12 @@ def _append_content(holder: JsonObject, key: str, text: str, part_type: str) -> 
 
 
 def parse_conversation(dialect: Dialect, body: object) -> Conversation:
-    """Build the view of a parsed request body; raise ``ValueError`` if it is not a chat body."""
+    """Build the view of a parsed request body; raise ``UnrecognisedBody`` if it is not a chat
+    body of ``dialect`` or has a field of a shape the view does not understand."""
     if not isinstance(body, dict):
-        raise ValueError("request body is not a JSON object")
+        raise UnrecognisedBody("request body is not a JSON object")
+    if not isinstance(body.get("tools", []), list | None):
+        raise UnrecognisedBody("'tools' is not a list")
     conversation = Conversation(dialect, body)
     if dialect is Dialect.OPENAI_CHAT:
         _walk_openai_chat(conversation)
@@ -226,6 +240,8 @@ def _text_parts(
     out: list[Item], role: Role, kind: Kind, message: int, holder: Any, key: str | int
 ) -> None:
     """Items for a ``content`` that is a string or a list of typed text parts."""
+    if key not in holder:
+        raise UnrecognisedBody(f"{_where(message)} has no {key!r}")
     value = holder[key]
     if isinstance(value, str):
         out.append(Item(kind, role, message, holder, key))
@@ -233,18 +249,31 @@ def _text_parts(
         for part in value:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 out.append(Item(kind, role, message, part, "text"))
+    elif value is not None:
+        raise UnrecognisedBody(f"{key!r} of {_where(message)} is neither text nor a list of parts")
+
+
+def _where(message: int) -> str:
+    return "the system prompt" if message < 0 else f"message {message}"
+
+
+def _message_object(index: int, message: object) -> JsonObject:
+    if not isinstance(message, dict):
+        raise UnrecognisedBody(f"message {index} is not an object")
+    return message
 
 
 def _walk_openai_chat(conversation: Conversation) -> None:
     messages = conversation.body.get("messages")
     if not isinstance(messages, list):
-        raise ValueError("chat completions body has no 'messages' list")
+        raise UnrecognisedBody("chat completions body has no 'messages' list")
     items = conversation.items
     call_names: dict[str, str] = {}
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            continue
+    for index, entry in enumerate(messages):
+        message = _message_object(index, entry)
         role_name = message.get("role")
+        if not isinstance(role_name, str):
+            raise UnrecognisedBody(f"message {index} has no 'role' text")
         if role_name in ("system", "developer"):
             if "content" in message:
                 _text_parts(items, Role.SYSTEM, Kind.TEXT, index, message, "content")
@@ -258,7 +287,10 @@ def _walk_openai_chat(conversation: Conversation) -> None:
                     items.append(Item(Kind.REASONING, Role.ASSISTANT, index, message, key))
             if "content" in message:
                 _text_parts(items, Role.ASSISTANT, Kind.TEXT, index, message, "content")
-            for call in message.get("tool_calls") or ():
+            calls = message.get("tool_calls")
+            if not isinstance(calls, list | None):
+                raise UnrecognisedBody(f"'tool_calls' of message {index} is not a list")
+            for call in calls or ():
                 function = call.get("function") if isinstance(call, dict) else None
                 if isinstance(function, dict) and "arguments" in function:
                     call_id = str(call.get("id", ""))
@@ -277,27 +309,33 @@ def _walk_openai_chat(conversation: Conversation) -> None:
                     )
         elif role_name in ("tool", "function"):
             call_id = str(message.get("tool_call_id", ""))
-            name = call_names.get(call_id) or message.get("name")
+            named = message.get("name")
+            tool_name = call_names.get(call_id) or (named if isinstance(named, str) else None)
             start = len(items)
             if "content" in message:
                 _text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, message, "content")
             for item in items[start:]:
-                item.call_id, item.tool_name = call_id, name
+                item.call_id, item.tool_name = call_id, tool_name
 
 
 def _walk_anthropic(conversation: Conversation) -> None:
     body = conversation.body
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise ValueError("messages body has no 'messages' list")
+        raise UnrecognisedBody("messages body has no 'messages' list")
     items = conversation.items
     if "system" in body:
         _text_parts(items, Role.SYSTEM, Kind.TEXT, -1, body, "system")
     call_names: dict[str, str] = {}
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            continue
+    for index, entry in enumerate(messages):
+        message = _message_object(index, entry)
         content = message.get("content")
+        if not isinstance(content, str | list):
+            raise UnrecognisedBody(f"'content' of message {index} is neither text nor a list")
+        if isinstance(content, list) and not all(
+            isinstance(block, dict) and isinstance(block.get("type"), str) for block in content
+        ):
+            raise UnrecognisedBody(f"a content block of message {index} has no 'type' text")
         if message.get("role") == "user":
             if isinstance(content, str):
                 items.append(Item(Kind.TEXT, Role.USER, index, message, "content"))
@@ -306,7 +344,7 @@ def _walk_anthropic(conversation: Conversation) -> None:
             blocks = content if isinstance(content, list) else []
             # A message that carries tool results continues the tool loop, even when the
             # client added text beside them; only a message without results starts a turn.
-            types = {b.get("type") for b in blocks if isinstance(b, dict)}
+            types = {block["type"] for block in blocks}
             if "text" in types and "tool_result" not in types:
                 conversation.last_user_message = index
             for block in blocks:
@@ -353,11 +391,10 @@ def _walk_responses(conversation: Conversation) -> None:
         conversation.last_user_message = 0
         return
     if not isinstance(entries, list):
-        raise ValueError("responses body has no 'input'")
+        raise UnrecognisedBody("responses body has no 'input'")
     call_names: dict[str, str] = {}
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            continue
+    for index, value in enumerate(entries):
+        entry = _message_object(index, value)
         kind = entry.get("type", "message")
         if kind == "message":
             role = entry.get("role")
@@ -370,6 +407,8 @@ def _walk_responses(conversation: Conversation) -> None:
                 _text_parts(items, Role.ASSISTANT, Kind.TEXT, index, entry, "content")
         elif kind == "reasoning":
             key = "summary" if "summary" in entry else "encrypted_content"
+            if key not in entry:
+                raise UnrecognisedBody(f"reasoning item {index} has no summary")
             items.append(Item(Kind.REASONING, Role.ASSISTANT, index, entry, key))
         elif kind == "function_call" and "arguments" in entry:
             call_id, name = str(entry.get("call_id", "")), str(entry.get("name", ""))

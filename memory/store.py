@@ -497,7 +497,11 @@ def _forget_matcher(ids_or_query: str | Iterable[str]) -> Callable[[Entry], bool
 def _parse_import(data: str) -> list[Entry]:
     stripped = data.lstrip("\ufeff \t\r\n")
     if stripped.startswith(("{", "[")):
-        return _entries_from_json(json.loads(stripped))
+        try:
+            payload = json.loads(stripped)
+        except RecursionError as exc:  # the stdlib parser recurses once per nesting level
+            raise MemoryStoreError("the JSON nests too deeply to be a memory export") from exc
+        return _entries_from_json(payload)
     return MemoryFile.parse(data).entries()
 
 

@@ -34,6 +34,7 @@ from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import Outcome, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
+from proxy.request_body import UnreadableBody, content_coding, decode_body
 from proxy.security import Access, guard
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
@@ -301,8 +302,13 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     outcome = "relayed"
     body: object
     if dialect is not None:
+        coding = content_coding(request.headers)
         try:
-            raw = await request.read()
+            wire = await request.read()  # as received: the server does not inflate bodies
+            raw = decode_body(wire, coding, settings.max_body_bytes)
+        except UnreadableBody as exc:
+            metrics.inc("deepmem_requests_total", route=route, status="400")
+            return _error(style, 400, f"deepmem: {exc}", "invalid_request_error", "bad_encoding")
         except web.HTTPRequestEntityTooLarge:
             metrics.inc("deepmem_requests_total", route=route, status="413")
             return _error(
@@ -313,7 +319,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 "request_too_large",
                 "request_too_large",
             )
-        metrics.inc("deepmem_bytes_in_total", len(raw))
+        metrics.inc("deepmem_bytes_in_total", len(wire))
         if settings.log_bodies:
             log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
         result = rewrite_request(
@@ -323,18 +329,23 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         report = reports.get(REPORT)
         memory_report = reports.get(MEMORY_REPORT)
         compaction_report = reports.get(COMPACTION_REPORT)
-        body, session_id, outcome = result.body, result.session_id, result.outcome
+        forwarded = result.body if result.changed else wire  # unchanged: exactly as received
+        body, session_id, outcome = forwarded, result.session_id, result.outcome
         kind = result.kind.value
         if outcome == Outcome.NOT_JSON:
             metrics.inc("deepmem_non_json_bodies_total", route=route)
+        elif outcome == Outcome.NOT_CHAT:
+            metrics.inc("deepmem_unrecognised_bodies_total", route=route)
         elif outcome == Outcome.FAILED_OPEN:
             metrics.inc("deepmem_fail_open_total", route=route)
             log.warning(
                 "fail-open", extra={"fields": {"session": session_id, "error": result.error}}
             )
-        bytes_in, bytes_out = len(raw), len(result.body)
-        metrics.inc("deepmem_bytes_out_total", bytes_out)
+        bytes_in, bytes_out = len(raw), len(result.body)  # the statistics compare decoded sizes
+        metrics.inc("deepmem_bytes_out_total", len(forwarded))
         headers = upstream_request_headers(request.headers, keep_content_length=False)
+        if result.changed and coding:
+            del headers["Content-Encoding"]  # a rewritten body goes upstream uncompressed
     else:
         report = memory_report = compaction_report = None
         body = request.content if request.body_exists else None
@@ -431,7 +442,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         if record is not None:
             record.status = status or 499
         _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
-        raise
+        return web.Response(status=499)  # nobody reads it; raising would log a traceback
     except (TimeoutError, aiohttp.ClientError) as exc:
         timed_out = isinstance(exc, asyncio.TimeoutError)
         code = 504 if timed_out else 502
@@ -607,7 +618,11 @@ async def _stop(app: web.Application) -> None:
 
 def create_app(settings: Settings, transforms: list[Transform] | None = None) -> web.Application:
     """The proxy; ``transforms`` replaces the configured compression stage (tests use it)."""
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    # Request bodies are not inflated by the server: relayed ones go upstream as received
+    # (proxy/request_body.py decodes for the chat routes and the proxy's own endpoints).
+    app = web.Application(
+        client_max_size=settings.max_body_bytes, handler_args={"auto_decompress": False}
+    )
     health = Health()
     stores = open_durable_stores(settings, health)  # without one, every request is relayed
     memory = memory_service(settings)

@@ -230,7 +230,7 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
 
 
 def replay(target: Path, settings: Settings, *, as_json: bool, html: Path | None = None) -> int:
-    from proxy.replay import format_json, format_text, run_replay
+    from proxy.replay import NotATranscript, format_json, format_text, run_replay
 
     if not target.exists():
         print(f"deepmem: {target} does not exist", file=sys.stderr)
@@ -238,7 +238,11 @@ def replay(target: Path, settings: Settings, *, as_json: bool, html: Path | None
     if html is not None and not html.parent.is_dir():
         print(f"deepmem: cannot write {html}: no directory {html.parent}", file=sys.stderr)
         return 2
-    reports = run_replay(target, settings)
+    try:
+        reports = run_replay(target, settings)
+    except NotATranscript as exc:
+        print(f"deepmem: replay: {exc}", file=sys.stderr)
+        return 2
     if as_json:
         sys.stdout.buffer.write(format_json(reports) + b"\n")
     else:

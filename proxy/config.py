@@ -612,10 +612,16 @@ def options_markdown() -> str:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
+        if path.exists() and not path.is_file():  # a directory, or a FIFO that would block
+            raise ConfigError(f"config file {path} is not a regular file")
         with path.open("rb") as handle:
             data = tomllib.load(handle)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text: {exc.reason}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - set(OPTIONS_BY_NAME))

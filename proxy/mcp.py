@@ -29,6 +29,7 @@ from proxy import __version__, memory_api
 from proxy.expand import LINE_RANGE_HELP, expand
 from proxy.memory_api import MemoryCallError, MemoryService
 from proxy.projects import AmbiguousProject
+from proxy.request_body import UnreadableBody, read_body
 
 log = logging.getLogger("deepmem.mcp")
 
@@ -308,7 +309,9 @@ async def mcp_post(
     request: web.Request, context: ToolContext, on_tool_call: ToolCallback | None = None
 ) -> web.Response:
     try:
-        payload = orjson.loads(await request.read())
+        payload = orjson.loads(await read_body(request))
+    except UnreadableBody as exc:
+        return _json(_error(None, PARSE_ERROR, str(exc)), status=400)
     except orjson.JSONDecodeError:
         return _json(_error(None, PARSE_ERROR, "body is not JSON"), status=400)
     if isinstance(payload, list):

@@ -34,6 +34,7 @@ from proxy.admin import error_response, json_response
 from proxy.config import Settings
 from proxy.memory_api import MemoryCallError, MemoryService
 from proxy.projects import AmbiguousProject, ProjectChoice
+from proxy.request_body import UnreadableBody, read_body
 
 Operation = Callable[[web.Request, ProjectMemory, ProjectChoice, dict[str, Any]], Any]
 
@@ -43,7 +44,7 @@ def _flag(raw: str | None) -> bool:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw.strip():
         return {}
     try:
@@ -138,7 +139,7 @@ async def _dispatch(request: web.Request, name: str, service: MemoryService) -> 
             memory, choice = service.choose(
                 q.get("project"), _endpoint(request), q.get("scope", "project")
             )
-            data = (await request.read()).decode("utf-8")
+            data = (await read_body(request)).decode("utf-8")
             result = memory_api.import_(memory, choice, data, _flag(q.get("force")))
             return json_response(result)
         body = await _json_body(request) if expected == "POST" else {}
@@ -150,7 +151,7 @@ async def _dispatch(request: web.Request, name: str, service: MemoryService) -> 
         result = table[name](request, memory, choice, body)
     except AmbiguousProject as exc:
         return error_response(409, str(exc), "ambiguous_project", "ambiguous_project")
-    except (MemoryCallError, UnicodeDecodeError) as exc:
+    except (MemoryCallError, UnicodeDecodeError, UnreadableBody) as exc:
         return error_response(400, str(exc), "invalid_request", "bad_memory_request")
     except (OSError, LockTimeout) as exc:
         return error_response(
@@ -194,9 +195,13 @@ def session_handler(
                     raise ArchiveError(f"no checkpoint for session {session_id!r} in {memory_dir}")
                 text = archives[0].checkpoint.read_text(encoding="utf-8")
                 return web.Response(text=text, content_type="text/markdown", charset="utf-8")
-            if not what.isdigit():
+            # isdigit alone accepts "²", which int() refuses; int() refuses 4,300 digits too
+            if not (what.isascii() and what.isdigit() and len(what) <= 18):
                 return error_response(
-                    400, "the message number must be 0 or more", "invalid_request", "bad_index"
+                    400,
+                    "the message number must be 0 or more, in at most 18 ASCII digits",
+                    "invalid_request",
+                    "bad_index",
                 )
             return json_response(archived_message(memory_dir, session_id, int(what)))
         except ArchiveError as exc:

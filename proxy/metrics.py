@@ -75,6 +75,10 @@ class Metrics:
             "counter",
             "Chat-route bodies that were not JSON and were relayed untouched.",
         ),
+        "deepmem_unrecognised_bodies_total": (
+            "counter",
+            "Chat-route JSON bodies of a shape deepmem does not read, relayed untouched.",
+        ),
         "deepmem_bytes_in_total": ("counter", "Request body bytes received from clients."),
         "deepmem_bytes_out_total": ("counter", "Request body bytes forwarded upstream."),
         "deepmem_expands_total": ("counter", "Originals returned by expand, by interface."),

@@ -17,23 +17,25 @@ from typing import Any
 
 import orjson
 
-from compressors.view import Conversation, Dialect, parse_conversation
+from compressors.view import Conversation, Dialect, UnrecognisedBody, parse_conversation
 from memory.state import StateUnavailable
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
 
-# A JSON number too large for 64 bits: orjson would read it as a float and change its value.
-# A run of 20 digits is looked for at C speed first; the exact pattern only when one exists.
+# A JSON integer outside orjson's range (-2**63 .. 2**64-1) is read as a float, which would
+# change its text and value: from -9223372036854775809 (19 digits) and 18446744073709551616
+# (20 digits) on. A run of 19 digits is looked for at C speed first; the exact pattern (an
+# integer token of that size, negative 19 digits or any 20) only when one exists.
 _DIGITS_ONLY = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
-_TWENTY_DIGITS = b"0" * 20
-_BIG_INTEGER = re.compile(rb"[:\[,]\s*-?\d{20,}\s*[,}\]]")
+_NINETEEN_DIGITS = b"0" * 19
+_BIG_INTEGER = re.compile(rb"[:\[,]\s*(?:-\d{19,}|\d{20,})\s*[,}\]]")
 
 
 def _loads(raw: bytes) -> tuple[Any, bool]:
     """Parse once; exact (slower) stdlib parsing only for bodies with huge integers."""
     body = orjson.loads(raw)  # also what decides which bodies are JSON at all
-    if raw.translate(_DIGITS_ONLY).find(_TWENTY_DIGITS) >= 0 and _BIG_INTEGER.search(raw):
+    if raw.translate(_DIGITS_ONLY).find(_NINETEEN_DIGITS) >= 0 and _BIG_INTEGER.search(raw):
         return json.loads(raw), True
     return body, False
 
@@ -63,7 +65,7 @@ class Outcome:
     FORWARDED = "forwarded"  # parsed; nothing changed, original bytes go upstream
     REWRITTEN = "rewritten"
     NOT_JSON = "not_json"  # relayed untouched, the provider answers it
-    NOT_CHAT = "not_chat"  # JSON, but not a conversation of this dialect
+    NOT_CHAT = "not_chat"  # JSON, but not a conversation of this dialect (UnrecognisedBody)
     FAILED_OPEN = "failed_open"  # our code raised; original bytes go upstream
 
 
@@ -98,7 +100,10 @@ def rewrite_request(
     try:
         try:
             conversation = parse_conversation(dialect, body)
-        except ValueError as exc:
+        except UnrecognisedBody as exc:  # the client's or provider's business, not a bug of ours
+            log.info(
+                "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc
+            )
             return Rewrite(raw, Outcome.NOT_CHAT, session_id, kind, error=str(exc))
         session_id = session_id_for(headers, conversation)
         kind = classify(conversation)

@@ -131,20 +131,26 @@ async def relay_response(
     is_sse = "text/event-stream" in content_type
     reader = UsageReader(content_type, upstream.headers.get("Content-Encoding", ""))
     result = RelayResult(usage_reader=reader)
-    await response.prepare(request)
-    if on_prepared is not None:
-        on_prepared()
     tail = b"\n\n"
     try:
+        await response.prepare(request)
+        if on_prepared is not None:
+            on_prepared()
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)
             result.bytes_sent += len(chunk)
             tail = (tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
             reader.feed(chunk)
-    except (ConnectionResetError, asyncio.CancelledError):
+    except asyncio.CancelledError:  # the client went away and aiohttp cancelled the handler
         result.client_gone = True
         upstream.close()
         raise
+    except ConnectionResetError:
+        # The client went away while a chunk was being written. Returning the response (not
+        # raising) keeps aiohttp from logging the reset as an error with a traceback.
+        result.client_gone = True
+        upstream.close()
+        return response, result
     except (TimeoutError, aiohttp.ClientError) as exc:
         result.interrupted = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         upstream.close()

@@ -71,11 +71,15 @@ def _pairing(messages: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
         str(call.get("id"))
         for message in messages
         if message.get("role") == "assistant"
-        for call in message.get("tool_calls") or ()
+        for call in _list(message.get("tool_calls"))
         if isinstance(call, dict)
     }
     results = {str(m.get("tool_call_id")) for m in messages if m.get("role") == "tool"}
     return calls, results
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _searchable(messages: list[dict[str, Any]]) -> str:
@@ -83,8 +87,52 @@ def _searchable(messages: list[dict[str, Any]]) -> str:
     return "\n".join(item.text for item in conversation.items)
 
 
+class NotATranscript(ValueError):
+    """The file cannot be replayed; the message says why, naming the file."""
+
+
+def load_transcript(path: Path) -> dict[str, Any]:
+    """The transcript in ``path``, its shape checked, or ``NotATranscript``.
+
+    OpenCode request captures (``fixtures/opencode``: one request, ``body`` in any of three
+    wire formats) are refused by name: replay measures a whole session request by request,
+    which a single request cannot give.
+    """
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise NotATranscript(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise NotATranscript(f"{path}: not JSON ({exc})") from exc
+    if isinstance(data, dict) and "messages" not in data and {"path", "body"} <= data.keys():
+        raise NotATranscript(
+            f"{path}: an OpenCode request capture (one request), not a transcript; replay "
+            "reads whole sessions: an object with a 'messages' list in OpenAI chat format"
+        )
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+        raise NotATranscript(
+            f"{path}: not a transcript: expected an object with a 'messages' list "
+            "(OpenAI chat format, optional 'tools' and 'probes')"
+        )
+    if not all(isinstance(message, dict) for message in data["messages"]):
+        raise NotATranscript(f"{path}: every entry of 'messages' must be an object")
+    if not isinstance(data.get("tools") or [], list):
+        raise NotATranscript(f"{path}: 'tools' must be a list")
+    probes = data.get("probes") or []
+    if not isinstance(probes, list) or not all(
+        isinstance(probe, dict)
+        and isinstance(probe.get("probe"), str)
+        and isinstance(probe.get("referencing_turn_index"), int)
+        for probe in probes
+    ):
+        raise NotATranscript(
+            f"{path}: 'probes' must be a list of {{'probe': text, 'referencing_turn_index': n}}"
+        )
+    return data
+
+
 def replay_transcript(path: Path, settings: Settings, counter: TokenCounter) -> TranscriptReport:
-    data = orjson.loads(path.read_bytes())
+    data = load_transcript(path)
     messages: list[dict[str, Any]] = data["messages"]
     tools = data.get("tools") or []
     stores = open_stores(settings, in_memory=True)
@@ -217,9 +265,12 @@ def summarize(reports: Iterable[TranscriptReport]) -> dict[str, Any]:
 
 
 def transcript_files(target: Path) -> list[Path]:
-    if target.is_dir():
-        return sorted(p for p in target.glob("*.json") if p.name != "manifest.json")
-    return [target]
+    if not target.is_dir():
+        return [target]
+    found = sorted(p for p in target.glob("*.json") if p.name != "manifest.json")
+    if not found:
+        raise NotATranscript(f"{target}: no transcripts (*.json files) in this directory")
+    return found
 
 
 def _progress(paths: list[Path]) -> Iterator[Path]:

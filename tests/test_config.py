@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -215,3 +216,26 @@ def test_serve_logs_its_data_dir_roots_and_environment_mistakes(tmp_path):
             f"request), allowed roots {tmp_path}, /srv/projects"
         )
     )
+
+
+def test_config_file_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, capsys):
+    """Were tracebacks: UnicodeDecodeError, IsADirectoryError, NotADirectoryError."""
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes('log_format = "caf\xe9"\n'.encode("latin-1"))
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    under_a_file = latin1 / "deepmem.toml"
+    dangling = tmp_path / "dangling.toml"
+    dangling.symlink_to(tmp_path / "gone.toml")
+    cases = [
+        (latin1, "is not UTF-8 text"),
+        (tmp_path, "is not a regular file"),
+        (fifo, "is not a regular file"),
+        (under_a_file, "cannot read config file"),
+        (dangling, "does not exist"),
+    ]
+    for path, message in cases:
+        assert main(["replay", str(tmp_path), "--config", str(path)]) == 2, path
+        err = capsys.readouterr().err
+        assert err.startswith("deepmem: ") and message in err and str(path) in err, err
+        assert "Traceback" not in err and len(err.splitlines()) == 1

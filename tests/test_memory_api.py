@@ -199,3 +199,57 @@ async def test_http_memory_endpoints(start_proxy, upstream, client, tmp_path):
     await call("GET", "nope", 404)
     refused = await call("GET", "stats", 400, params={"project": str(tmp_path)})
     assert "not under an allowed root" in refused["error"]["message"]
+
+
+async def test_malformed_import_and_message_number_are_clear_400s(
+    start_proxy, upstream, client, tmp_path
+):
+    """Were 500s: a RecursionError from the import parser, a ValueError from int('²')."""
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    headers = {"X-Deep-Memory-Project": str(project), "Content-Type": "application/json"}
+    for nested in (b"[" * 100_000, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000):
+        async with client.post(
+            f"{proxy.url}/memory/import", data=nested, headers=headers
+        ) as response:
+            assert response.status == 400
+            assert "nests too deeply" in (await response.json())["error"]["message"]
+    # unicode digits: str.isdigit() is true, int() may refuse; int() refuses 5,000 digits
+    for number in ("²", "٣", "１", "9" * 5000):
+        async with client.get(
+            f"{proxy.url}/sessions/ses_x/messages/{number}", headers=headers
+        ) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+            assert error["code"] == "bad_index" and "0 or more" in error["message"]
+
+
+async def test_memory_import_reads_a_gzip_body(start_proxy, upstream, client, tmp_path):
+    """The server leaves request bodies compressed (relays forward them as received), so the
+    memory endpoints decode gzip themselves."""
+    import gzip
+
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    headers = {
+        "X-Deep-Memory-Project": str(project),
+        "Content-Encoding": "gzip",
+        "Content-Type": "application/json",
+    }
+    export = orjson.dumps({"entries": [{"section": "Facts", "text": "Builds run on Fridays"}]})
+    async with client.post(
+        f"{proxy.url}/memory/import", data=gzip.compress(export), headers=headers
+    ) as response:
+        assert response.status == 200, await response.text()
+        assert (await response.json())["added"] == 1
+    async with client.post(
+        f"{proxy.url}/memory/store", data=b"not gzip", headers=headers
+    ) as response:
+        assert response.status == 400
+        assert "not valid gzip" in (await response.json())["error"]["message"]
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    async with client.post(
+        f"{proxy.url}/mcp", data=gzip.compress(orjson.dumps(message)), headers=headers
+    ) as response:
+        assert response.status == 200
+        assert (await response.json())["result"]["tools"]

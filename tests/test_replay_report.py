@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
+from tests.conftest import ROOT
 
 HOSTILE_PROBE = '<script>alert("x")</script></code></td>&amp; ]]> \x1b[31m'
 HOSTILE_NAME = "evil<i>&\"'name"
@@ -304,3 +305,64 @@ def test_html_into_missing_directory(
     assert stdout == ""
     assert "cannot write" in stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"messages": 5}', "expected an object with a 'messages' list"),
+        (b"[1, 2]", "expected an object with a 'messages' list"),
+        (b"not json at all", "not JSON"),
+        (b'{"messages": [1]}', "every entry of 'messages' must be an object"),
+        (b'{"messages": [], "tools": 3}', "'tools' must be a list"),
+        (b'{"messages": [], "probes": [{"probe": "x"}]}', "'probes' must be a list"),
+        (
+            (ROOT / "fixtures/opencode/opencode-1.18.33-openai-compatible-title.json").read_bytes(),
+            "an OpenCode request capture",
+        ),
+    ],
+)
+def test_replay_refuses_what_is_not_a_transcript(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    """Were tracebacks (TypeError, JSONDecodeError, KeyError: 'messages')."""
+    target = tmp_path / "input.json"
+    target.write_bytes(content)
+    for argv in (["replay", str(target)], ["replay", str(tmp_path), "--json"]):
+        code, stdout, stderr = run([*argv, "--data-dir", str(tmp_path / "data")], capsys)
+        assert code == 2
+        assert stdout == ""
+        assert stderr.startswith(f"deepmem: replay: {target}: ") and message in stderr
+        assert "Traceback" not in stderr
+
+
+def test_replay_of_a_directory_without_transcripts_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was an empty table and exit 0."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "manifest.json").write_text("{}")
+    code, stdout, stderr = run(["replay", str(empty), "--data-dir", str(tmp_path / "d")], capsys)
+    assert code == 2 and stdout == ""
+    assert stderr == f"deepmem: replay: {empty}: no transcripts (*.json files) in this directory\n"
+
+
+def test_tool_calls_of_an_odd_shape_do_not_stop_a_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    odd = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "ok", "tool_calls": 5},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": "done"},
+        ]
+    }
+    target = tmp_path / "odd.json"
+    target.write_text(json.dumps(odd))
+    code, stdout, stderr = run(
+        ["replay", str(target), "--json", "--data-dir", str(tmp_path)], capsys
+    )
+    assert code == 0, stderr
+    assert json.loads(stdout)["total"]["requests"] == 2

@@ -1,0 +1,67 @@
+"""Request bodies sent with a ``Content-Encoding``.
+
+The server does not inflate request bodies (``create_app`` turns aiohttp's ``auto_decompress``
+off), so a relayed body goes upstream exactly as received, compressed bytes, coding and length
+together. The proxy's own readers decode here: a gzip or deflate body on a chat route is read
+for rewriting (and, if rewritten, forwarded uncompressed without ``Content-Encoding``); any
+other coding is not decoded, so such a body is relayed as received.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+
+from aiohttp import web
+
+_GZIP = 16 + zlib.MAX_WBITS
+_WBITS = {"gzip": _GZIP, "x-gzip": _GZIP, "deflate": zlib.MAX_WBITS}
+
+
+class UnreadableBody(ValueError):
+    """A body labelled gzip or deflate whose bytes are not (corrupt or truncated)."""
+
+
+def content_coding(headers: Mapping[str, str]) -> str:
+    """The body's coding, lower case; ``""`` for none (or ``identity``)."""
+    coding = headers.get("Content-Encoding", "").strip().lower()
+    return "" if coding == "identity" else coding
+
+
+def decode_body(wire: bytes, coding: str, limit: int) -> bytes:
+    """The body before its ``coding``; ``wire`` itself for a coding deepmem does not decode.
+
+    Raises ``UnreadableBody`` for bytes that are not what the coding says, and aiohttp's
+    ``HTTPRequestEntityTooLarge`` when the decoded body would exceed ``limit`` bytes.
+    """
+    wbits = _WBITS.get(coding)
+    if wbits is None or not wire:
+        return wire
+    if coding == "deflate" and not _zlib_header(wire):
+        wbits = -zlib.MAX_WBITS  # raw deflate without the zlib wrapper, as some clients send
+    out = bytearray()
+    rest = wire
+    try:
+        while rest:
+            inflater = zlib.decompressobj(wbits)
+            out += inflater.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit:
+                raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(out))
+            if not inflater.eof:
+                raise UnreadableBody(f"the {coding} request body is truncated")
+            # gzip allows several members one after another; deflate has one stream
+            rest = inflater.unused_data if wbits == _GZIP else b""
+    except zlib.error as exc:
+        raise UnreadableBody(f"the request body is not valid {coding} data ({exc})") from exc
+    return bytes(out)
+
+
+def _zlib_header(data: bytes) -> bool:
+    """RFC 1950: compression method 8, and the first two bytes a multiple of 31."""
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole request body, decoded, for the proxy's own endpoints."""
+    wire = await request.read()
+    return decode_body(wire, content_coding(request.headers), request.client_max_size)

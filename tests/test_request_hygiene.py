@@ -1,0 +1,431 @@
+"""Request hygiene: bodies the proxy must forward exactly, or answer clearly (issue 10).
+
+Numbers beyond 64 bits, bodies of a shape deepmem does not understand, compressed bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import gzip
+import json
+import logging
+import re
+import tempfile
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from multidict import CIMultiDictProxy
+
+from compressors.view import Conversation, Dialect
+from proxy.config import load_settings
+from proxy.pipeline import Outcome, RequestContext, Transform, rewrite_request
+from proxy.stages import build_transforms, open_stores
+from tests.conftest import ProxyFactory, RunningProxy
+from tests.fake_upstream import FakeUpstream
+from tests.strategies import render, sessions
+
+HEADERS = {"x-session-id": "hygiene"}
+
+
+def mark_first_item(conversation: Conversation, context: RequestContext) -> bool:
+    """A transform that always changes the body, so the proxy re-serialises it."""
+    if not conversation.items:
+        return False
+    conversation.items[0].set_text("rewritten")
+    return True
+
+
+# --- item 17: integers outside 64 bits keep their exact text -------------------------------
+
+# orjson reads integers from -2**63 to 2**64-1 exactly, anything beyond as a float.
+OUTSIDE_64_BITS = st.integers(max_value=-(2**63) - 1) | st.integers(min_value=2**64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    top=OUTSIDE_64_BITS,
+    in_message=OUTSIDE_64_BITS,
+    in_list=st.lists(OUTSIDE_64_BITS | st.integers(), min_size=1, max_size=4),
+    spaced=st.booleans(),
+)
+@example(top=-(2**63) - 1, in_message=2**64, in_list=[-9223372036854775809], spaced=False)
+def test_rewritten_body_keeps_the_exact_text_of_integers_beyond_64_bits(
+    top: int, in_message: int, in_list: list[int], spaced: bool
+) -> None:
+    body = {
+        "model": "m",
+        "seed": top,
+        "messages": [
+            {"role": "user", "content": "hello", "x_trace": in_message},
+            {"role": "assistant", "content": "hi", "x_numbers": in_list},
+        ],
+    }
+    separators = (", ", ": ") if spaced else (",", ":")
+    raw = json.dumps(body, separators=separators).encode()
+    rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, HEADERS, [mark_first_item])
+    assert rewrite.outcome == Outcome.REWRITTEN
+    tokens = re.findall(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", rewrite.body)
+    for number in (top, in_message, *in_list):
+        assert str(number).encode() in tokens
+    forwarded = json.loads(rewrite.body)
+    assert forwarded["seed"] == top and isinstance(forwarded["seed"], int)
+    assert forwarded["messages"][0]["x_trace"] == in_message
+    assert forwarded["messages"][1]["x_numbers"] == in_list
+    assert forwarded["messages"][0]["content"] == "rewritten"
+
+
+# --- item 16: bodies of a shape deepmem does not read are relayed quietly -------------------
+
+
+@contextlib.contextmanager
+def deepmem_records() -> Iterator[list[logging.LogRecord]]:
+    """Every record the deepmem loggers emit meanwhile (a hypothesis test cannot use caplog)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("deepmem")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def real_transforms() -> Iterator[list[Transform]]:
+    with tempfile.TemporaryDirectory() as data_dir:
+        proxy_settings = load_settings({"data_dir": data_dir}, environ={})
+        yield build_transforms(proxy_settings, open_stores(proxy_settings, in_memory=True))
+
+
+def _chat(*messages: object, **extra: object) -> dict[str, Any]:
+    return {"model": "m", "messages": list(messages), **extra}
+
+
+USER = {"role": "user", "content": "hello"}
+WRONG_SHAPES: list[tuple[Dialect, dict[str, Any]]] = [
+    (Dialect.OPENAI_CHAT, _chat(USER, {"role": "assistant", "content": "x", "tool_calls": 5})),
+    (Dialect.OPENAI_CHAT, _chat(USER, tools=5)),
+    (Dialect.OPENAI_CHAT, _chat(USER, {"role": "user", "content": {"text": "x"}})),
+    (Dialect.OPENAI_CHAT, _chat(USER, "not a message")),
+    (Dialect.OPENAI_CHAT, _chat({"role": ["user"], "content": "x"})),
+    (Dialect.ANTHROPIC, _chat({"role": "user"})),
+    (Dialect.ANTHROPIC, _chat({"role": "user", "content": [{"type": {"x": 1}, "text": "t"}]})),
+    (Dialect.ANTHROPIC, _chat({"role": "user", "content": [{"type": ["text"]}]})),
+    (Dialect.ANTHROPIC, _chat(USER, system={"text": "s"})),
+    (Dialect.OPENAI_RESPONSES, {"input": [{"type": "message", "role": "user"}]}),
+    (Dialect.OPENAI_RESPONSES, {"input": [{"type": "reasoning"}]}),
+    (Dialect.OPENAI_RESPONSES, {"input": [{"role": "user", "content": 3}], "tools": {}}),
+]
+
+
+@pytest.mark.parametrize(("dialect", "body"), WRONG_SHAPES)
+def test_body_of_a_shape_deepmem_does_not_read_is_relayed_without_an_error_log(
+    real_transforms: list[Transform], dialect: Dialect, body: dict[str, Any]
+) -> None:
+    """Were fail-opens logged at ERROR with a traceback (KeyError, TypeError in the view)."""
+    raw = json.dumps(body).encode()
+    with deepmem_records() as records:
+        rewrite = rewrite_request(raw, dialect, HEADERS, real_transforms)
+    assert rewrite.outcome == Outcome.NOT_CHAT and rewrite.body is raw
+    assert [r.levelno for r in records] == [logging.INFO]
+    assert records[0].exc_info is None and "relayed unchanged" in records[0].getMessage()
+
+
+WRONG_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just({"type": {"nested": True}}),
+    st.just([{"type": ["text"]}]),
+)
+DELETE = object()
+STRUCTURAL_KEYS = {"messages", "input", "content", "role", "type", "tool_calls", "tools", "system"}
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    if isinstance(value, dict | list):
+        for key, child in value.items() if isinstance(value, dict) else enumerate(value):
+            yield from _paths(child, (*path, key))
+
+
+@st.composite
+def wrong_shaped_bodies(draw: st.DrawFn) -> tuple[Dialect, bytes]:
+    """A real-looking request with values replaced, or keys (such as ``content``) removed."""
+    rendered = render(draw(sessions(max_turns=2)), draw(st.sampled_from(list(Dialect))))
+    body: Any = rendered.request(rendered.boundaries[-1])
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [path for path in _paths(body) if path]
+        structural = [path for path in paths if path[-1] in STRUCTURAL_KEYS]
+        path = draw(st.sampled_from(structural or paths) | st.sampled_from(paths))
+        holder = body
+        for part in path[:-1]:
+            holder = holder[part]
+        value = draw(st.just(DELETE) | WRONG_VALUES)
+        if value is DELETE and isinstance(holder, dict):
+            del holder[path[-1]]
+        elif value is not DELETE:
+            holder[path[-1]] = copy.deepcopy(value)
+    return rendered.dialect, json.dumps(body).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(wrong_shaped_bodies())
+def test_wrong_shaped_bodies_never_fail_open_nor_log_errors(
+    real_transforms: list[Transform], case: tuple[Dialect, bytes]
+) -> None:
+    dialect, raw = case
+    with deepmem_records() as records:
+        rewrite = rewrite_request(raw, dialect, HEADERS, real_transforms)
+    assert rewrite.outcome != Outcome.FAILED_OPEN, rewrite.error
+    assert not [r for r in records if r.levelno >= logging.WARNING or r.exc_info]
+    if rewrite.outcome != Outcome.REWRITTEN:
+        assert rewrite.body is raw
+
+
+async def test_unrecognised_body_through_the_proxy_is_relayed_and_counted(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    raw = json.dumps(_chat(USER, {"role": "assistant", "tool_calls": 5})).encode()
+    caplog.set_level(logging.INFO, logger="deepmem")
+    async with client.post(
+        f"{proxy.url}/v1/chat/completions",
+        data=raw,
+        headers={"Content-Type": "application/json", "x-session-id": "odd"},
+    ) as response:
+        assert response.status == 200
+    assert upstream.requests[-1].body == raw
+    metrics = proxy.state.metrics
+    assert metrics.counter_total("deepmem_unrecognised_bodies_total") == 1
+    assert metrics.counter_total("deepmem_fail_open_total") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+async def test_client_leaving_mid_stream_logs_no_traceback(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Was 'Error handling request' with a ConnectionResetError traceback from aiohttp."""
+
+    async def firehose(request: web.Request, body: bytes) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            for n in range(20_000):
+                await response.write(b'data: {"n": %d, "pad": "%s"}\n\n' % (n, b"x" * 2000))
+        return response
+
+    upstream.handler = firehose
+    caplog.set_level(logging.DEBUG)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s"
+    )
+    body = json.dumps(_chat(USER, stream=True)).encode()
+    port = int(proxy.url.rsplit(":", 1)[1])
+    for half_close in (True, False) * 3:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request % (len(body), body))
+        await reader.readuntil(b"data: ")
+        if half_close:
+            writer.write_eof()  # the proxy's next write meets a closing transport
+        else:
+            writer.transport.abort()  # a reset, as when OpenCode is killed
+        await asyncio.sleep(0.2)
+        writer.close()
+    disconnects = proxy.state.metrics.counter_total("deepmem_client_disconnects_total")
+    assert disconnects == 6
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
+
+
+# --- item 15: compressed request bodies -----------------------------------------------------
+
+
+@dataclass
+class RawUpstream:
+    """An upstream that records each request body exactly as it arrived, still compressed."""
+
+    url: str = ""
+    seen: list[tuple[CIMultiDictProxy[str], bytes]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append((request.headers, await request.read()))
+        return web.json_response({"id": "c1", "choices": []})
+
+
+@pytest.fixture
+async def raw_upstream() -> AsyncIterator[RawUpstream]:
+    recorder = RawUpstream()
+    app = web.Application(handler_args={"auto_decompress": False})
+    app.router.add_route("*", "/{tail:.*}", recorder.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    recorder.url = f"http://127.0.0.1:{port}"
+    yield recorder
+    await runner.cleanup()
+
+
+def raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+CODINGS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "x-gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "deflate ": raw_deflate,  # the same coding without the zlib wrapper, as some clients send
+}
+CHAT = json.dumps(_chat({"role": "user", "content": "compress me"})).encode()
+
+
+async def post(
+    client: aiohttp.ClientSession, url: str, wire: bytes, coding: str
+) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json", "Content-Encoding": coding}
+    async with client.post(url, data=wire, headers=headers) as response:
+        return response.status, await response.read()
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+async def test_rewritten_compressed_body_goes_upstream_decoded_and_relabelled(
+    start_proxy: ProxyFactory,
+    raw_upstream: RawUpstream,
+    client: aiohttp.ClientSession,
+    coding: str,
+) -> None:
+    """Was forwarded decoded but still labelled 'Content-Encoding: gzip'."""
+    proxy = await start_proxy([mark_first_item], upstream=[f"{raw_upstream.url}/v1"])
+    status, _ = await post(
+        client, f"{proxy.url}/v1/chat/completions", CODINGS[coding](CHAT), coding
+    )
+    assert status == 200
+    [(headers, body)] = raw_upstream.seen
+    assert json.loads(body)["messages"][0]["content"] == "rewritten"
+    assert "Content-Encoding" not in headers
+    assert headers["Content-Length"] == str(len(body))
+
+
+@pytest.mark.parametrize("coding", [*CODINGS, "br", "zstd", "gzip, gzip"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/embeddings", "/v1/files"])
+async def test_body_not_rewritten_goes_upstream_exactly_as_received(
+    start_proxy: ProxyFactory,
+    raw_upstream: RawUpstream,
+    client: aiohttp.ClientSession,
+    coding: str,
+    path: str,
+) -> None:
+    """Relay routes kept the compressed Content-Length beside the inflated body (truncated
+    upstream); br and zstd got a plain-text 400 from the server before the handler."""
+    proxy = await start_proxy([], upstream=[f"{raw_upstream.url}/v1"])
+    wire = CODINGS.get(coding, lambda data: b"\x28\xb5\x2f\xfd opaque " + data)(CHAT)
+    status, _ = await post(client, proxy.url + path, wire, coding)
+    assert status == 200
+    [(headers, body)] = raw_upstream.seen
+    assert body == wire
+    assert headers["Content-Encoding"] == coding.strip()
+    assert headers["Content-Length"] == str(len(wire))
+
+
+@pytest.mark.parametrize(
+    ("coding", "wire"),
+    [
+        ("gzip", b"definitely not gzip"),
+        ("gzip", gzip.compress(CHAT)[:-12]),  # truncated
+        ("deflate", b"\x78\x9c" + b"\xff" * 20),
+        ("gzip", gzip.compress(CHAT) + b"trailing junk"),
+    ],
+)
+@pytest.mark.parametrize("route", ["/openai/chat/completions", "/anthropic/messages"])
+async def test_corrupt_compressed_body_is_a_400_in_the_provider_shape(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+    coding: str,
+    wire: bytes,
+    route: str,
+) -> None:
+    """Was a bare 500 with a traceback."""
+    status, answer = await post(client, proxy.url + route, wire, coding)
+    assert status == 400
+    error = json.loads(answer)
+    if route.startswith("/anthropic"):
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        message = error["error"]["message"]
+    else:
+        assert error["error"]["code"] == "bad_encoding"
+        message = error["error"]["message"]
+    assert message.startswith("deepmem: the ") and coding in message
+    assert upstream.requests == []
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+async def test_compressed_body_inflating_beyond_the_limit_is_a_413(
+    start_proxy: ProxyFactory, raw_upstream: RawUpstream, client: aiohttp.ClientSession
+) -> None:
+    proxy = await start_proxy([], upstream=[f"{raw_upstream.url}/v1"], max_body_mb="1")
+    bomb = gzip.compress(b'{"messages": [], "x": "' + b"a" * 3_000_000 + b'"}')
+    assert len(bomb) < 100_000
+    status, answer = await post(client, f"{proxy.url}/v1/chat/completions", bomb, "gzip")
+    assert status == 413 and b"1 MiB" in answer
+    assert raw_upstream.seen == []
+
+
+def test_tool_call_arguments_with_a_huge_integer_are_read_not_failed_open(
+    real_transforms: list[Transform],
+) -> None:
+    """Was a fail-open with an ERROR traceback: orjson cannot serialise the exactly-parsed
+    integer when the view renders the arguments object as text."""
+    log = "\n".join(
+        f"line {n}: worker processed item {n} in module pkg.sub_{n % 7}" for n in range(3000)
+    )
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "run it"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "bash", "input": {"n": 2**80}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": log}],
+            },
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "next"},
+        ],
+    }
+    raw = json.dumps(body).encode()
+    with deepmem_records() as records:
+        rewrite = rewrite_request(raw, Dialect.ANTHROPIC, HEADERS, real_transforms)
+    assert rewrite.outcome in (Outcome.REWRITTEN, Outcome.FORWARDED), rewrite.error
+    assert str(2**80).encode() in rewrite.body
+    assert not [r for r in records if r.levelno >= logging.WARNING]
