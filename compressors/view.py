@@ -8,13 +8,12 @@ survives serialisation.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import orjson
+from compressors import jsontext
 
 JsonObject = dict[str, Any]
 
@@ -75,10 +74,7 @@ class Item:
             return value
         if value is None:
             return ""
-        try:
-            return orjson.dumps(value).decode()
-        except TypeError:  # an integer beyond 64 bits (bodies that have one are parsed exactly)
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return jsontext.dumps(value).decode()
 
     def set_text(self, text: str) -> None:
         self.holder[self.key] = text

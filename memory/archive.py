@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from compressors import jsontext
 from memory.files import (
     OutsideMemoryRoot,
     append_line,
@@ -93,14 +94,14 @@ def write_checkpoint(
     """Write the raw history and the checkpoint, archive both, prune (the session's archives
     beyond ``keep``, the sessions beyond ``keep_sessions``), and log the compaction."""
     archived_checkpoint, archived_raw = archive_paths(memory_dir, session_id, captured_at)
-    raw = orjson.dumps(
+    raw = jsontext.dumps(
         {
             "capturedAt": captured_at.astimezone(UTC).isoformat(),
             "sessionID": session_id,
             "messageCount": len(messages),
             "messages": messages,
         },
-        option=orjson.OPT_INDENT_2,
+        indent=True,
     ).decode()
     written = WrittenCheckpoint(
         memory_dir / CHECKPOINT_FILE,
@@ -127,7 +128,7 @@ def write_checkpoint(
         "raw": str(written.archived_raw.relative_to(memory_dir)),
         **(log_fields or {}),
     }
-    append_line(memory_path(memory_dir, LOG_FILE), orjson.dumps(line).decode(), lock_dir)
+    append_line(memory_path(memory_dir, LOG_FILE), jsontext.dumps(line).decode(), lock_dir)
     return replace(written, removed=tuple(removed))
 
 

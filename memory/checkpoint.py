@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from compressors import jsontext
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Kind, Role, parse_conversation
 from memory.signals import SIGNAL_PATTERNS
@@ -402,7 +403,7 @@ def _steps(conversation: Conversation) -> list[_Step]:
 
 def _arguments(value: object) -> tuple[dict[str, Any], str]:
     if isinstance(value, dict):
-        return value, orjson.dumps(value).decode()
+        return value, jsontext.dumps(value).decode()
     raw = value if isinstance(value, str) else ""
     try:
         parsed = orjson.loads(raw) if raw else {}

@@ -8,42 +8,17 @@ the failure is counted.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from compressors import jsontext
 from compressors.view import Conversation, Dialect, UnrecognisedBody, parse_conversation
 from memory.state import StateUnavailable
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
-
-# A JSON integer outside orjson's range (-2**63 .. 2**64-1) is read as a float, which would
-# change its text and value: from -9223372036854775809 (19 digits) and 18446744073709551616
-# (20 digits) on. A run of 19 digits is looked for at C speed first; the exact pattern (an
-# integer token of that size, negative 19 digits or any 20) only when one exists.
-_DIGITS_ONLY = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
-_NINETEEN_DIGITS = b"0" * 19
-_BIG_INTEGER = re.compile(rb"[:\[,]\s*(?:-\d{19,}|\d{20,})\s*[,}\]]")
-
-
-def _loads(raw: bytes) -> tuple[Any, bool]:
-    """Parse once; exact (slower) stdlib parsing only for bodies with huge integers."""
-    body = orjson.loads(raw)  # also what decides which bodies are JSON at all
-    if raw.translate(_DIGITS_ONLY).find(_NINETEEN_DIGITS) >= 0 and _BIG_INTEGER.search(raw):
-        return json.loads(raw), True
-    return body, False
-
-
-def _dumps(body: Any, exact: bool) -> bytes:
-    if exact:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    return orjson.dumps(body)
 
 
 @dataclass(slots=True)
@@ -94,7 +69,7 @@ def rewrite_request(
     """Never raises: every failure path returns the original bytes."""
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
     try:
-        body, exact = _loads(raw)
+        body, _ = jsontext.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
         return Rewrite(raw, Outcome.NOT_JSON, session_id, kind)
     try:
@@ -115,7 +90,7 @@ def rewrite_request(
         for transform in transforms:
             changed = transform(conversation, context) or changed
         outcome, out = (
-            (Outcome.REWRITTEN, _dumps(body, exact)) if changed else (Outcome.FORWARDED, raw)
+            (Outcome.REWRITTEN, jsontext.dumps(body)) if changed else (Outcome.FORWARDED, raw)
         )
         return Rewrite(out, outcome, session_id, kind, conversation, context=context)
     except StateUnavailable as exc:  # the stage reported it in /health; no traceback needed

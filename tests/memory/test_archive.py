@@ -107,3 +107,14 @@ def test_a_compaction_prunes_the_archives_of_all_but_the_newest_sessions(tmp_pat
     assert sorted({p.parent.name for p in written.removed}) == ["ses_0", "ses_1", "ses_2", "ses_3"]
     assert len(written.removed) == 8
     assert latest_checkpoint(tmp_path).session == "ses_now"
+
+
+def test_the_raw_history_keeps_integers_beyond_64_bits(tmp_path):
+    """A compaction request parsed exactly (it holds a huge integer) used to fail open with a
+    traceback here: orjson refuses to write such an integer."""
+    messages = [*MESSAGES, {"role": "user", "content": "go", "seed": -9223372036854775809}]
+    written = write_checkpoint(
+        tmp_path, "ses_big", WHEN, messages, "# c\n", log_fields={"n": 2**70}
+    )
+    assert '"seed": -9223372036854775809' in written.raw.read_text(encoding="utf-8")
+    assert str(2**70) in (tmp_path / LOG_FILE).read_text(encoding="utf-8")
