@@ -224,7 +224,7 @@ def replay_transcript(
                     else "lost"
                 )
                 handler = ""
-                if status != "visible":
+                if status != "visible" and call_id:  # without its tool message: unknown
                     source = next((m for m in messages[:k] if m.get("tool_call_id") == call_id), {})
                     output = ToolOutput(text_of(source.get("content")), tool, arguments)
                     handler = handled_by(sent.get(call_id), output, memo, compression)
@@ -377,7 +377,7 @@ def format_text(reports: list[TranscriptReport]) -> str:
 
 
 def _hidden_cell(row: dict[str, Any]) -> str:
-    return f"{row['tool'] or '?'} -> {row['compressor']} {row['recoverable']}/{row['lost']}"
+    return f"{row['tool'] or '?'} -> {row['compressor'] or '?'} {row['recoverable']}/{row['lost']}"
 
 
 def format_json(reports: list[TranscriptReport]) -> bytes:
