@@ -252,7 +252,8 @@ def _responses_items(message: JsonObject) -> list[JsonObject]:
                 "encrypted_content": opaque("enc", reasoning),
             }
         )
-    if text := text_of(message.get("content")):
+    text = text_of(message.get("content"))
+    if text or not (items or message.get("tool_calls")):  # an empty reply is still a message
         items.append(
             {
                 "type": "message",
@@ -295,8 +296,8 @@ def _responses(messages: list[JsonObject], tools: list[JsonObject]) -> JsonObjec
 
 def _chat_from_responses(body: JsonObject) -> list[JsonObject]:
     messages: list[JsonObject] = []
-    if instructions := body.get("instructions"):
-        messages.append({"role": "system", "content": instructions})
+    if "instructions" in body:
+        messages.append({"role": "system", "content": text_of(body["instructions"])})
     assistant: JsonObject | None = None
 
     def open_assistant() -> JsonObject:

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compressors.markers import ccr_key, marker
 from compressors.outputs import ToolOutput
@@ -111,6 +113,45 @@ def test_converter_round_trips_and_pairs_by_the_dialects_rules(dialect: str) -> 
     parsed = parse_conversation(DIALECTS[dialect], body)
     assert parsed.count(Kind.TOOL_RESULT) == 3 and parsed.count(Kind.TOOL_CALL) == 3
     assert parsed.count(Kind.REASONING) == 1
+
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """System, then user turns of assistant steps, each step's calls answered at once."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": draw(TEXT)}]
+    calls = 0
+    for _ in range(draw(st.integers(1, 3))):
+        messages.append({"role": "user", "content": draw(TEXT)})
+        for _ in range(draw(st.integers(0, 3))):
+            ids = [f"call_{calls + n}" for n in range(draw(st.integers(0, 3)))]
+            calls += len(ids)
+            step: dict[str, Any] = {"role": "assistant", "content": draw(TEXT) or None}
+            if reasoning := draw(TEXT):
+                step["reasoning_content"] = reasoning
+            if ids:
+                args = draw(st.dictionaries(st.sampled_from("abc"), TEXT, max_size=2))
+                step["tool_calls"] = [
+                    _call(i, draw(st.sampled_from(["bash", "read"])), args) for i in ids
+                ]
+            messages.append(step)
+            messages += [{"role": "tool", "tool_call_id": i, "content": draw(TEXT)} for i in ids]
+            if not ids:
+                break  # a step without calls ends the turn
+        else:
+            messages.append({"role": "assistant", "content": draw(TEXT)})
+    return messages
+
+
+@settings(max_examples=40, deadline=None)
+@given(conversations(), st.sampled_from(ALL))
+def test_any_conversation_round_trips(messages: list[dict[str, Any]], dialect: str) -> None:
+    body = request_body(dialect, messages, TOOLS)
+    assert _normal(to_chat(dialect, body)) == _normal(messages)
+    ids = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    assert paired_calls(dialect, body) == ids
 
 
 @pytest.mark.parametrize("dialect", ALL)
