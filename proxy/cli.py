@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write a self-contained HTML report (charts per transcript, probe tables, "
         "totals) to FILE",
     )
+    replay.add_argument(
+        "--dialect",
+        choices=("chat", "anthropic", "responses"),
+        default="chat",
+        help="send each request as OpenAI chat completions (default), Anthropic Messages or "
+        "OpenAI Responses, as OpenCode does, through the same hook",
+    )
     add_arguments(replay)
     expand_cmd = commands.add_parser(
         "expand",
@@ -190,7 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "expand":
         return expand_key(args.key, settings, args.start_line, args.end_line)
     if args.command == "replay":
-        return replay(Path(args.target), settings, as_json=args.json, html=args.html)
+        return replay(
+            Path(args.target), settings, as_json=args.json, html=args.html, dialect=args.dialect
+        )
     if args.command == "memory":
         return run_memory(args, settings)
     if args.command == "checkpoint":
@@ -229,7 +238,14 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
     return 0
 
 
-def replay(target: Path, settings: Settings, *, as_json: bool, html: Path | None = None) -> int:
+def replay(
+    target: Path,
+    settings: Settings,
+    *,
+    as_json: bool,
+    html: Path | None = None,
+    dialect: str = "chat",
+) -> int:
     from proxy.replay import NotATranscript, format_json, format_text, run_replay
 
     if not target.exists():
@@ -239,7 +255,7 @@ def replay(target: Path, settings: Settings, *, as_json: bool, html: Path | None
         print(f"deepmem: cannot write {html}: no directory {html.parent}", file=sys.stderr)
         return 2
     try:
-        reports = run_replay(target, settings)
+        reports = run_replay(target, settings, dialect)
     except NotATranscript as exc:
         print(f"deepmem: replay: {exc}", file=sys.stderr)
         return 2

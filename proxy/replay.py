@@ -9,7 +9,6 @@ retention (visible, recoverable through a marker, lost), tool-call pairing error
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -19,13 +18,24 @@ from typing import Any
 
 import orjson
 
-from compressors.markers import marker_keys
+from compressors.markers import MARKER_RE, ccr_key, marker, marker_keys
+from compressors.outputs import ToolOutput
+from compressors.pipeline import CompressionSettings, SessionMemo
+from compressors.registry import compress_output
 from compressors.tokens import TokenCounter
-from compressors.view import Dialect, parse_conversation
-from proxy.compression import REPORT
+from compressors.view import Conversation, Kind, parse_conversation
+from proxy.compression import REPORT, compression_settings
 from proxy.config import Settings
 from proxy.costs import ANTHROPIC, OPENAI, common_prefix_length
 from proxy.pipeline import rewrite_request
+from proxy.replay_wire import (
+    DIALECTS,
+    paired_calls,
+    payload,
+    request_body,
+    text_of,
+    tool_calls,
+)
 from proxy.stages import build_transforms, open_stores
 
 
@@ -46,11 +56,18 @@ class ProbeResult:
     probe: str
     request: int
     status: str  # visible | recoverable | lost
+    tool: str = ""  # the tool call whose output the probe first appeared in
+    compressor: str = ""  # hidden probes: what handled that output (see ``handled_by``)
+
+    @property
+    def hidden(self) -> bool:
+        return self.status != "visible"
 
 
 @dataclass
 class TranscriptReport:
     name: str
+    dialect: str = "chat"
     requests: list[RequestMetrics] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
     pairing_errors: int = 0
@@ -64,27 +81,6 @@ def _first_changed_message(previous: list[bytes], current: list[bytes]) -> int |
         if old != new:
             return index
     return None
-
-
-def _pairing(messages: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
-    calls = {
-        str(call.get("id"))
-        for message in messages
-        if message.get("role") == "assistant"
-        for call in _list(message.get("tool_calls"))
-        if isinstance(call, dict)
-    }
-    results = {str(m.get("tool_call_id")) for m in messages if m.get("role") == "tool"}
-    return calls, results
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _searchable(messages: list[dict[str, Any]]) -> str:
-    conversation = parse_conversation(Dialect.OPENAI_CHAT, {"messages": messages})
-    return "\n".join(item.text for item in conversation.items)
 
 
 class NotATranscript(ValueError):
@@ -131,38 +127,106 @@ def load_transcript(path: Path) -> dict[str, Any]:
     return data
 
 
-def replay_transcript(path: Path, settings: Settings, counter: TokenCounter) -> TranscriptReport:
+def _searchable(conversation: Conversation) -> str:
+    return "\n".join(item.text for item in conversation.items)
+
+
+def _source_tools(messages: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Tool call id -> (tool name, arguments) of every call in the transcript."""
+    calls: dict[str, tuple[str, str]] = {}
+    for message in messages:
+        for call in tool_calls(message):
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            arguments = function.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = orjson.dumps(arguments).decode()
+            calls[str(call.get("id"))] = (str(function.get("name") or ""), arguments)
+    return calls
+
+
+def handled_by(
+    sent: str | None,
+    output: ToolOutput,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+) -> str:
+    """What turned a tool output into the text ``sent`` upstream: a compressor's name,
+    ``dedup`` (a pointer to an identical earlier output), ``dropped`` (no longer in the
+    request), ``not compressed`` or ``rewritten`` (changed by something other than a
+    compressor, e.g. a dropped reminder); ``unattributed`` when no level reproduces it.
+
+    The compression result counts compressors per request, not per output; the one that
+    produced ``sent`` is found by compressing the original again, at each level, with the
+    session's task terms: compressors are pure, so the one whose output equals ``sent``
+    is the one that ran."""
+    if sent is None:
+        return "dropped"
+    if sent == output.text:
+        return "not compressed"
+    found = MARKER_RE.match(sent)
+    if found is None:
+        return "rewritten"
+    if found.group("what").startswith("identical to an earlier"):
+        return "dedup"
+    focused = ToolOutput(
+        output.text, output.tool, output.arguments, memo.focus[1] if memo.focus else frozenset()
+    )
+    key = ccr_key(output.text)
+    for level in range(1, len(settings.level_ratios) + 1):
+        outcome = compress_output(focused, settings.budget(output.text, level))
+        if outcome is None:
+            continue
+        name, compressed = outcome
+        if marker(compressed.omitted, key) + "\n" + compressed.text == sent:
+            return name
+    return "unattributed"
+
+
+def _tool_results(conversation: Conversation) -> dict[str, str]:
+    return {
+        str(item.call_id): item.text for item in conversation.items if item.kind is Kind.TOOL_RESULT
+    }
+
+
+def replay_transcript(
+    path: Path, settings: Settings, counter: TokenCounter, dialect: str = "chat"
+) -> TranscriptReport:
+    """Replay one transcript as requests of ``dialect`` (chat, anthropic or responses)."""
     data = load_transcript(path)
     messages: list[dict[str, Any]] = data["messages"]
     tools = data.get("tools") or []
+    calls = _source_tools(messages)
     stores = open_stores(settings, in_memory=True)
     transforms = build_transforms(settings, stores)
-    report = TranscriptReport(path.stem)
+    wire = DIALECTS[dialect]
+    compression = compression_settings(settings)
+    report = TranscriptReport(path.stem, dialect)
     headers = {"x-session-id": f"replay-{path.stem}"}
-    probes_by_request: dict[int, list[str]] = {}
+    probes_by_request: dict[int, list[tuple[str, str]]] = {}
     for probe in data.get("probes") or ():
+        index = probe.get("tool_message_index")
+        source = messages[int(index)] if index is not None else {}
         probes_by_request.setdefault(int(probe["referencing_turn_index"]), []).append(
-            probe["probe"]
+            (probe["probe"], str(source.get("tool_call_id") or ""))
         )
 
     previous: tuple[bytes, bytes, list[bytes]] | None = None
     for k, message in enumerate(messages):
         if message.get("role") != "assistant" or k == 0:
             continue
-        original_messages = messages[:k]
-        body: dict[str, Any] = {"model": "replay", "messages": copy.deepcopy(original_messages)}
-        if tools:
-            body["tools"] = tools
-        raw = orjson.dumps(body)
+        original_body = request_body(dialect, messages[:k], tools)
+        raw = orjson.dumps(original_body)
         started = time.perf_counter()
-        rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, headers, transforms)
+        rewrite = rewrite_request(raw, wire, headers, transforms)
         elapsed = (time.perf_counter() - started) * 1000
-        proxied_messages = orjson.loads(rewrite.body)["messages"]
-        compression = rewrite.context.reports.get(REPORT) if rewrite.context else None
+        proxied_body = orjson.loads(rewrite.body)
+        result = rewrite.context.reports.get(REPORT) if rewrite.context else None
 
-        original_bytes = orjson.dumps(original_messages)
-        proxied_bytes = orjson.dumps(proxied_messages)
-        per_message = [orjson.dumps(m) for m in proxied_messages]
+        original_payload = payload(dialect, original_body)
+        proxied_payload = payload(dialect, proxied_body)
+        original_bytes = orjson.dumps(original_payload)
+        proxied_bytes = orjson.dumps(proxied_payload)
+        per_message = [orjson.dumps(m) for m in proxied_payload]
         cached_original = cached_proxied = 0
         break_at = None
         if previous is not None:
@@ -183,23 +247,26 @@ def replay_transcript(path: Path, settings: Settings, counter: TokenCounter) -> 
                 cached_original=cached_original,
                 cached_proxied=cached_proxied,
                 prefix_break_at=break_at,
-                event=compression.event if compression else None,
+                event=result.event if result else None,
                 milliseconds=elapsed,
             )
         )
-
-        calls, results = _pairing(original_messages)
-        proxied_calls, proxied_results = _pairing(proxied_messages)
-        report.pairing_errors += len((calls & results) - (proxied_calls & proxied_results))
+        report.pairing_errors += len(
+            paired_calls(dialect, original_body) - paired_calls(dialect, proxied_body)
+        )
 
         wanted = probes_by_request.get(k)
         if wanted:
-            visible = _searchable(proxied_messages)
+            conversation = parse_conversation(wire, proxied_body)
+            visible = _searchable(conversation)
             reachable = "\n".join(
                 (stores.originals.get(key) or b"").decode("utf-8", "surrogatepass")
                 for key in marker_keys(visible)
             )
-            for probe in wanted:
+            sent = _tool_results(conversation)
+            memo = stores.memos.load(rewrite.session_id)
+            for probe, call_id in wanted:
+                tool, arguments = calls.get(call_id, ("", ""))
                 status = (
                     "visible"
                     if probe in visible
@@ -207,7 +274,12 @@ def replay_transcript(path: Path, settings: Settings, counter: TokenCounter) -> 
                     if probe in reachable
                     else "lost"
                 )
-                report.probes.append(ProbeResult(probe, k, status))
+                handler = ""
+                if status != "visible" and call_id:  # without its tool message: unknown
+                    source = next((m for m in messages[:k] if m.get("tool_call_id") == call_id), {})
+                    output = ToolOutput(text_of(source.get("content")), tool, arguments)
+                    handler = handled_by(sent.get(call_id), output, memo, compression)
+                report.probes.append(ProbeResult(probe, k, status, tool, handler))
     return report
 
 
@@ -258,10 +330,23 @@ def summarize(reports: Iterable[TranscriptReport]) -> dict[str, Any]:
         "probes_recoverable": share("recoverable"),
         "probes_lost": share("lost"),
         "lost_probes": [(p.probe, p.request) for p in probes if p.status == "lost"],
+        "hidden_probes": hidden_probes(probes),
         "pairing_errors": sum(report.pairing_errors for report in reports),
         "ms_p50": times[len(times) // 2] if times else 0.0,
         "ms_max": times[-1] if times else 0.0,
     }
+
+
+def hidden_probes(probes: Iterable[ProbeResult]) -> list[dict[str, Any]]:
+    """Probes not visible at their request, counted by source tool and compressor (most
+    first): ``{"tool", "compressor", "recoverable", "lost"}``."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for probe in probes:
+        if probe.hidden:
+            row = counts.setdefault((probe.tool, probe.compressor), {"recoverable": 0, "lost": 0})
+            row[probe.status] += 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1]["lost"], -kv[1]["recoverable"], kv[0]))
+    return [{"tool": tool, "compressor": name, **row} for (tool, name), row in ranked]
 
 
 def transcript_files(target: Path) -> list[Path]:
@@ -289,10 +374,11 @@ def _progress(paths: list[Path]) -> Iterator[Path]:
         sys.stderr.write("\r" + " " * 80 + "\r")
 
 
-def run_replay(target: Path, settings: Settings) -> list[TranscriptReport]:
+def run_replay(target: Path, settings: Settings, dialect: str = "chat") -> list[TranscriptReport]:
     counter = TokenCounter()
     return [
-        replay_transcript(path, settings, counter) for path in _progress(transcript_files(target))
+        replay_transcript(path, settings, counter, dialect)
+        for path in _progress(transcript_files(target))
     ]
 
 
@@ -306,7 +392,8 @@ def format_text(reports: list[TranscriptReport]) -> str:
         f"{'final':>7} {'anthr.':>7} {'openai':>7} {'breaks':>6} {'probes v/r/l':>13} "
         f"{'pair':>4} {'ms p50':>7}"
     )
-    lines = [header, "-" * len(header)]
+    dialects = sorted({r.dialect for r in reports}) or ["chat"]
+    lines = [f"dialect: {', '.join(dialects)}", header, "-" * len(header)]
     for name, totals in [(r.name, r.totals()) for r in reports] + [("TOTAL", summarize(reports))]:
         if name == "TOTAL":
             lines.append("-" * len(header))
@@ -333,12 +420,24 @@ def format_text(reports: list[TranscriptReport]) -> str:
             lines.append(f"  {name} request {request}: message {message} ({event or 'no event'})")
     if total["lost_probes"]:
         lines.append("lost probes: " + ", ".join(f"{p!r}@{r}" for p, r in total["lost_probes"]))
+    hidden = [(r.name, r.totals()["hidden_probes"]) for r in reports]
+    if any(rows for _, rows in hidden):
+        lines.append("hidden probes by source tool -> compressor (recoverable/lost):")
+        for name, rows in hidden:
+            if rows:
+                lines.append(f"  {name}: " + ", ".join(_hidden_cell(row) for row in rows))
+        lines.append("  TOTAL: " + ", ".join(_hidden_cell(row) for row in total["hidden_probes"]))
     return "\n".join(lines)
+
+
+def _hidden_cell(row: dict[str, Any]) -> str:
+    return f"{row['tool'] or '?'} -> {row['compressor'] or '?'} {row['recoverable']}/{row['lost']}"
 
 
 def format_json(reports: list[TranscriptReport]) -> bytes:
     return orjson.dumps(
         {
+            "dialect": ", ".join(sorted({r.dialect for r in reports})) or "chat",
             "total": summarize(reports),
             "transcripts": [
                 {

@@ -426,12 +426,40 @@ def probe_table(report: TranscriptReport) -> str:
         f'<tr class="probe status-{_e(p.status)}"><td class="num">{n}</td>'
         f'<td class="probe-text"><code>{_e(p.probe)}</code></td>'
         f'<td class="num">{p.request}</td>'
-        f'<td class="status">{STATUS_MARK.get(p.status, "?")} {_e(p.status)}</td></tr>'
+        f'<td class="status">{STATUS_MARK.get(p.status, "?")} {_e(p.status)}</td>'
+        f'<td class="tool">{_e(p.tool)}</td><td class="compressor">{_e(p.compressor)}</td></tr>'
         for n, p in enumerate(report.probes, 1)
     ]
     return (
         "<table class='probes'><thead><tr><th scope='col'>#</th><th scope='col'>probe</th>"
-        "<th scope='col'>request k</th><th scope='col'>status</th></tr></thead><tbody>"
+        "<th scope='col'>request k</th><th scope='col'>status</th>"
+        "<th scope='col'>source tool</th><th scope='col'>compressor (hidden probes)</th>"
+        "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def hidden_table(reports: Sequence[TranscriptReport], anchors: Sequence[str]) -> str:
+    """Probes not visible at their request, per transcript, by source tool and compressor."""
+    rows = []
+    for report, anchor in zip(reports, anchors, strict=True):
+        for row in report.totals()["hidden_probes"]:
+            css = "status-lost" if row["lost"] else "status-recoverable"
+            rows.append(
+                f'<tr class="hidden {css}" data-hidden-in="{_e(report.name)}" '
+                f'data-tool="{_e(row["tool"])}" data-compressor="{_e(row["compressor"])}" '
+                f'data-recoverable="{row["recoverable"]}" data-lost="{row["lost"]}">'
+                f'<th scope="row"><a href="#{_e(anchor)}">{_e(report.name)}</a></th>'
+                f"<td>{_e(row['tool'] or '?')}</td><td>{_e(row['compressor'])}</td>"
+                + _num(str(row["recoverable"]))
+                + _num(str(row["lost"]))
+                + "</tr>"
+            )
+    if not rows:
+        return "<p class='note'>Every probe was visible at its request.</p>"
+    return (
+        "<table class='hidden-probes'><thead><tr><th scope='col'>transcript</th>"
+        "<th scope='col'>source tool</th><th scope='col'>compressor</th>"
+        "<th scope='col'>recoverable</th><th scope='col'>lost</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table>"
     )
@@ -512,9 +540,10 @@ table.probes { width: 100%; }
 td.probe-text code { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12.5px; }
 td.status { white-space: nowrap; }
 table.probes td.num, table.probes td.status { width: 1%; }
+table.probes td.tool, table.probes td.compressor { white-space: nowrap; width: 1%; }
 tr.status-visible td.status { background: #e6f4ea; }
-tr.status-recoverable td.status { background: #fff4d6; }
-tr.status-lost td.status { background: #fbe0dc; font-weight: 700; }
+tr.status-recoverable td.status, tr.hidden.status-recoverable td { background: #fff4d6; }
+tr.status-lost td.status, tr.hidden.status-lost td { background: #fbe0dc; font-weight: 700; }
 svg.chart { width: 100%; max-width: 1000px; height: auto; display: block; margin: .4rem 0; }
 details { margin: .5rem 0 1rem; }
 summary { cursor: pointer; }
@@ -555,6 +584,12 @@ DEFINITIONS = (
         "a proxied request whose earlier messages changed since the previous one (a cache "
         "miss past that point).",
     ),
+    (
+        "hidden probes",
+        "probes not visible at their request, by the tool whose output they came from and "
+        "what handled that output: a compressor's name, dedup (a pointer to an identical "
+        "earlier output), dropped, not compressed or rewritten.",
+    ),
     ("pairing errors", "tool results that lost their tool call, or calls that lost their result."),
 )
 
@@ -574,7 +609,8 @@ def render_html(
     meta = [
         f"Generated {_e(generated.strftime('%Y-%m-%d %H:%M UTC'))} by deepmem "
         f"{_e(__version__)} from <code>{_e(target)}</code>: {total['transcripts']} "
-        f"transcript(s), {total['requests']:,} requests."
+        f"transcript(s), {total['requests']:,} requests, sent as "
+        f"{_e(', '.join(sorted({r.dialect for r in reports})) or 'chat')} requests."
     ]
     if settings is not None:
         meta.append(
@@ -597,6 +633,8 @@ def render_html(
             f"{total['probes']}. Costs are in token units; a negative net saving means the "
             "proxied stream costs more.</p>"
         ),
+        "<h3 id='hidden'>Hidden probes by source tool and compressor</h3>",
+        hidden_table(reports, anchors),
         f"<details><summary>Definitions</summary><dl class='defs'>{definitions}</dl></details>",
     ]
     for report, anchor in zip(reports, anchors, strict=True):

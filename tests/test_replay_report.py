@@ -288,7 +288,8 @@ def test_text_table_still_printed(
     argv = ["replay", str(corpus / "plain.json"), "--html", str(out)]
     code, stdout, _ = run([*argv, "--data-dir", str(tmp_path / "data")], capsys)
     assert code == 0
-    assert stdout.splitlines()[0].startswith("transcript")
+    assert stdout.splitlines()[0] == "dialect: chat"
+    assert stdout.splitlines()[1].startswith("transcript")
     assert "TOTAL" in stdout
     assert stdout.rstrip().endswith(f"HTML report written to {out} ({out.stat().st_size:,} bytes)")
     page = parse(out.read_text(encoding="utf-8"))
