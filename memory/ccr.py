@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 
 from compressors.markers import normalize_key, utf8
+from memory.db import exclusive
+
+CACHE_BYTES = 32 * 1024 * 1024  # originals held in process, by size
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ccr_original (
@@ -31,30 +34,35 @@ class OriginalStore:
         self,
         db: sqlite3.Connection,
         retention_days: float = 30.0,
-        cache_items: int = 2048,
+        cache_bytes: int = CACHE_BYTES,
         cache_seconds: float = 600.0,
     ) -> None:
         self.db = db
         self.retention_seconds = retention_days * 86400.0
-        self._cache: TTLCache[str, bytes] = TTLCache(maxsize=cache_items, ttl=cache_seconds)
+        self._cache: TTLCache[str, bytes] = TTLCache(
+            maxsize=cache_bytes, ttl=cache_seconds, getsizeof=len
+        )
         db.executescript(SCHEMA)
 
     def put_many(self, originals: Mapping[str, str]) -> int:
         """Store or refresh originals; returns how many were written to the database."""
         rows = []
         now = time.time()
-        for key, text in originals.items():
-            if key in self._cache:
-                continue
-            content = utf8(text)
-            self._cache[key] = content
-            rows.append((key, content, now, now))
-        if rows:
-            self.db.executemany(
-                "INSERT INTO ccr_original (key, content, created, last_used) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET last_used = excluded.last_used",
-                rows,
-            )
+        with exclusive(self.db):
+            for key, text in originals.items():
+                if key in self._cache:
+                    continue
+                content = utf8(text)
+                if len(content) <= self._cache.maxsize:
+                    self._cache[key] = content
+                rows.append((key, content, now, now))
+            if rows:
+                self.db.executemany(
+                    "INSERT INTO ccr_original (key, content, created, last_used) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET last_used = "
+                    "excluded.last_used",
+                    rows,
+                )
         return len(rows)
 
     def get(self, raw_key: str) -> bytes | None:
@@ -62,7 +70,8 @@ class OriginalStore:
         key = normalize_key(raw_key)
         if key is None:
             return None
-        cached = self._cache.get(key)
+        with exclusive(self.db):
+            cached = self._cache.get(key)
         if cached is not None:
             return cached
         row = self.db.execute(
@@ -77,6 +86,10 @@ class OriginalStore:
             (time.time() - self.retention_seconds,),
         )
         return cursor.rowcount
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self._cache.currsize)
 
     def __len__(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM ccr_original").fetchone()[0])

@@ -2,10 +2,45 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import threading
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 DB_NAME = "deepmem.sqlite3"
+
+# How long a statement waits for another process's write lock. Short: the request path fails
+# open (forwards the original request) rather than stall a session on a busy database.
+BUSY_TIMEOUT_SECONDS = 1.0
+
+
+class SerializedConnection(sqlite3.Connection):
+    """A connection the proxy's worker threads share: one statement at a time, and a
+    transaction (or a read and the in-process cache it fills) under ``exclusive``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.RLock()
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        with self.lock:
+            return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        with self.lock:
+            return super().executemany(sql, parameters)
+
+    def executescript(self, script: str, /) -> sqlite3.Cursor:
+        with self.lock:
+            return super().executescript(script)
+
+
+def exclusive(db: sqlite3.Connection) -> contextlib.AbstractContextManager[object]:
+    """Hold ``db`` for a transaction or a series of statements (no-op for a plain one)."""
+    lock = getattr(db, "lock", None)
+    return lock if lock is not None else contextlib.nullcontext()
 
 
 def open_database(path: Path | None) -> sqlite3.Connection:
@@ -14,14 +49,18 @@ def open_database(path: Path | None) -> sqlite3.Connection:
     WAL with ``synchronous=NORMAL``: a commit costs no fsync, a crash loses at most the last
     moments, and readers in other processes (``deepmem expand``) never block the proxy.
     """
-    if path is None:
-        connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    else:
+    target = ":memory:" if path is None else str(path)
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(
-            str(path), timeout=5.0, check_same_thread=False, isolation_level=None
-        )
+    connection = sqlite3.connect(
+        target,
+        timeout=BUSY_TIMEOUT_SECONDS,
+        check_same_thread=False,
+        isolation_level=None,
+        factory=SerializedConnection,
+    )
+    if path is not None:
         connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
-    connection.execute("PRAGMA busy_timeout=5000")
+    connection.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
     return connection

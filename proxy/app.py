@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from compressors.tokens import exact_counts_available
@@ -31,9 +31,15 @@ from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
 from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
-from proxy.pipeline import Outcome, Transform, rewrite_request
+from proxy.pipeline import Outcome, Rewrite, RewriteRunner, Transform, rewrite_request
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
-from proxy.sessions import PARENT_SESSION_HEADER, SESSION_HEADER, RequestRecord, SessionRegistry
+from proxy.sessions import (
+    PARENT_SESSION_HEADER,
+    SESSION_HEADER,
+    RequestRecord,
+    Session,
+    SessionRegistry,
+)
 from proxy.stages import Stores, build_transforms, open_stores
 
 log = logging.getLogger("deepmem.proxy")
@@ -48,6 +54,7 @@ class ProxyState:
     transforms: list[Transform]
     metrics: Metrics = field(default_factory=Metrics)
     health: Health = field(default_factory=Health)
+    rewrites: RewriteRunner = field(default_factory=RewriteRunner)
     pool: UpstreamPool = field(init=False)
     sessions: SessionRegistry = field(init=False)
     started_at: float = field(default_factory=time.time)
@@ -92,8 +99,8 @@ async def stats_handler(request: web.Request) -> web.Response:
         return forbidden()
     session_id = request.query.get("session")
     if session_id is not None:
-        session = state.sessions.get(session_id)
-        if session is None:
+        detail = state.sessions.detail(session_id)
+        if detail is None:
             return error_response(
                 404,
                 f"no session {session_id!r} in the statistics (unknown, or evicted: the proxy "
@@ -101,7 +108,7 @@ async def stats_handler(request: web.Request) -> web.Response:
                 "not_found",
                 "unknown_session",
             )
-        return json_response({"version": __version__, "session": session.detail()})
+        return json_response({"version": __version__, "session": detail})
     snapshot = state.sessions.snapshot()
     snapshot["totals"]["active_streams"] = int(
         sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
@@ -146,7 +153,9 @@ async def expand_handler(request: web.Request) -> web.Response:
             },
             status=400,
         )
-    result = expand(state.stores.originals, request.match_info["key"], start, end)
+    result = await asyncio.to_thread(
+        expand, state.stores.originals, request.match_info["key"], start, end
+    )
     if result.content is None:
         return json_response(
             {"error": {"message": result.error, "type": "not_found", "code": "unknown_key"}},
@@ -215,6 +224,29 @@ def _upstream_url(upstream: Upstream, request: web.Request) -> URL:
     return URL(target, encoded=True)
 
 
+@dataclass(slots=True)
+class _Prepared:
+    result: Rewrite
+    session: Session | None
+    record: RequestRecord
+
+
+def _prepare(
+    state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
+) -> _Prepared:
+    """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
+    result = rewrite_request(raw, dialect, headers, state.transforms, state.sessions.idle_seconds)
+    session = None
+    if result.session_id:
+        session = state.sessions.touch(
+            result.session_id, upstream, headers.get(PARENT_SESSION_HEADER)
+        )
+    record = state.sessions.record_request(
+        session, result.kind.value, raw, result.body, state.settings.cache_ttl
+    )
+    return _Prepared(result, session, record)
+
+
 def _server_timing(overhead: float) -> CIMultiDict[str]:
     return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
 
@@ -260,9 +292,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         metrics.inc("deepmem_bytes_in_total", len(raw))
         if settings.log_bodies:
             log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
-        result = rewrite_request(
-            raw, dialect, request.headers, state.transforms, state.sessions.idle_seconds
+        prepared = await state.rewrites.run(
+            session_id, _prepare, state, raw, dialect, request.headers, upstream.name
         )
+        result, session, record = prepared.result, prepared.session, prepared.record
         reports = result.context.reports if result.context else {}
         report = reports.get(REPORT)
         memory_report = reports.get(MEMORY_REPORT)
@@ -284,15 +317,12 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         body = request.content if request.body_exists else None
         bytes_in = bytes_out = request.content_length or 0
         headers = upstream_request_headers(request.headers, keep_content_length=True)
-
-    session = None
-    if session_id:
-        session = state.sessions.touch(
-            session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
-        )
-    record: RequestRecord | None = None
-    if dialect is not None:
-        record = state.sessions.record_request(session, kind, raw, result.body, settings.cache_ttl)
+        record = None
+        session = None
+        if session_id:
+            session = state.sessions.touch(
+                session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
+            )
     tallies = [state.sessions.totals] + ([session.tally] if session else [])
     for tally in tallies:
         tally.requests += 1
@@ -458,7 +488,7 @@ def _index_memory(state: ProxyState) -> None:
     project = state.settings.project_dir
     try:
         checked = state.memory.projects.check(str(project), "project_dir") if project else None
-        state.memory.catalog.get(checked).index.refresh()
+        state.memory.catalog.get(checked).refresh_index()
     except (OSError, ValueError) as exc:
         log.warning("memory index not built at start-up: %s", exc)
 
@@ -471,9 +501,7 @@ async def _housekeeping(state: ProxyState) -> None:
     while True:
         await asyncio.sleep(HOUSEKEEPING_SECONDS)
         try:
-            purged = state.stores.originals.purge_expired()
-            pruned = state.stores.memos.prune()
-            pruned += state.stores.injections.prune(state.settings.retention_days)
+            purged, pruned = await asyncio.to_thread(_purge, state)
             if purged or pruned:
                 log.info("housekeeping: %d expired originals, %d old session memos", purged, pruned)
             state.health.clear("state_db_housekeeping")
@@ -481,10 +509,19 @@ async def _housekeeping(state: ProxyState) -> None:
             state.health.report("state_db_housekeeping", f"cleanup failed: {exc}")
 
 
+def _purge(state: ProxyState) -> tuple[int, int]:
+    """Expired originals, and the memos of old sessions, forgotten: how many of each."""
+    purged = state.stores.originals.purge_expired()
+    pruned = state.stores.memos.prune()
+    pruned += state.stores.injections.prune(state.settings.retention_days)
+    return purged, pruned
+
+
 async def _stop(app: web.Application) -> None:
     task = app[STATE].housekeeping
     if task is not None:
         task.cancel()
+    app[STATE].rewrites.close()
     await app[STATE].pool.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
@@ -166,25 +167,31 @@ class Session:
 
 
 class SessionRegistry:
-    """Sessions by id, the least recently seen evicted past ``capacity``, plus the totals."""
+    """Sessions by id, the least recently seen evicted past ``capacity``, plus the totals.
+
+    Requests are recorded from the rewrite threads and read on the event loop: everything
+    that adds or removes sessions or records iterates under one lock.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.totals = Tally()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self.prefixes = PrefixTracker()
+        self._lock = threading.Lock()
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
         now = time.time()
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
-            self._sessions[session_id] = session
-            while len(self._sessions) > self.capacity:
-                self._sessions.popitem(last=False)
-        else:
-            session.last_seen = now
-            self._sessions.move_to_end(session_id)
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
+                self._sessions[session_id] = session
+                while len(self._sessions) > self.capacity:
+                    self._sessions.popitem(last=False)
+            else:
+                session.last_seen = now
+                self._sessions.move_to_end(session_id)
         return session
 
     def record_request(
@@ -198,27 +205,37 @@ class SessionRegistry:
         """Count one chat request's estimated tokens and cached prefix, before and after."""
         now = time.time()
         stream = (session.session_id, kind) if session is not None else None
-        tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
-        record = RequestRecord(now, kind, tokens)
-        self.totals.request_tokens.add(tokens)
-        if session is not None:
-            session.tally.request_tokens.add(tokens)
-            session.recent.append(record)
+        with self._lock:
+            tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
+            record = RequestRecord(now, kind, tokens)
+            self.totals.request_tokens.add(tokens)
+            if session is not None:
+                session.tally.request_tokens.add(tokens)
+                session.recent.append(record)
         return record
 
     def get(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
+        with self._lock:
+            return self._sessions.get(session_id)
+
+    def detail(self, session_id: str) -> dict[str, Any] | None:
+        """The session with its recent requests (``Session.detail``), or None if unknown."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return None if session is None else session.detail()
 
     def idle_seconds(self, session_id: str) -> float | None:
-        session = self._sessions.get(session_id)
+        with self._lock:
+            session = self._sessions.get(session_id)
         return None if session is None else time.time() - session.last_seen
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def snapshot(self) -> dict[str, Any]:
-        sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
-        return {
-            "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
-            "sessions": [session.as_dict() for session in sessions],
-        }
+        with self._lock:
+            sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
+            return {
+                "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
+                "sessions": [session.as_dict() for session in sessions],
+            }
