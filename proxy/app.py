@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -31,7 +32,14 @@ from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
 from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
-from proxy.pipeline import Outcome, Rewrite, RewriteRunner, Transform, rewrite_request
+from proxy.pipeline import (
+    GIL_SWITCH_SECONDS,
+    Outcome,
+    Rewrite,
+    RewriteRunner,
+    Transform,
+    rewrite_request,
+)
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
@@ -471,6 +479,7 @@ def _log_access(
 
 async def _start(app: web.Application) -> None:
     state = app[STATE]
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_SECONDS))
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))

@@ -27,6 +27,11 @@ log = logging.getLogger("deepmem.pipeline")
 
 T = TypeVar("T")
 REWRITE_WORKERS = 4
+# How long a thread that wants the GIL waits before the running one must hand it over
+# (Python's default is 5 ms). With rewrites running Python code on worker threads, the event
+# loop needs the GIL back for every chunk it relays; at 5 ms, a few busy workers delayed a
+# stream's chunks by hundreds of milliseconds on a loaded machine.
+GIL_SWITCH_SECONDS = 0.001
 
 # A JSON number too large for 64 bits: orjson would read it as a float and change its value.
 # A run of 20 digits is looked for at C speed first; the exact pattern only when one exists.
