@@ -15,8 +15,10 @@ LIVE_BYTES = 32 * 1024 * 1024  # in-process memos, by their decisions' text
 
 
 def memo_size(memo: SessionMemo) -> int:
-    """Roughly what a memo holds: its decisions' fingerprints and texts."""
-    return 256 + sum(64 + len(fp) + len(d.text or "") for fp, d in memo.decisions.items())
+    """Roughly what a memo holds: its decisions' fingerprints and texts, and the contents of
+    the markers it sent."""
+    decisions = sum(64 + len(fp) + len(d.text or "") for fp, d in memo.decisions.items())
+    return 256 + decisions + sum(len(key) + len(text) for key, text in memo.sent_as.items())
 
 
 SCHEMA = """
