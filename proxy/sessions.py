@@ -19,6 +19,9 @@ SESSION_HEADER = "x-session-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"
 MAX_SESSION_ID_LENGTH = 200
 RECENT_REQUESTS = 200  # chat requests remembered per session, for the dashboard
+# And at most this many over all sessions (a few hundred bytes each): past it, the least
+# recently seen sessions are forgotten, so the statistics cannot grow to max_sessions full ones.
+MAX_RECORDS = 20_000
 
 
 class RequestKind(StrEnum):
@@ -167,14 +170,17 @@ class Session:
 
 
 class SessionRegistry:
-    """Sessions by id, the least recently seen evicted past ``capacity``, plus the totals.
+    """Sessions by id, the least recently seen evicted past ``capacity`` sessions or
+    ``max_records`` recent requests over all of them, plus the totals.
 
     Requests are recorded from the rewrite threads and read on the event loop: everything
     that adds or removes sessions or records iterates under one lock.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_records: int = MAX_RECORDS) -> None:
         self.capacity = capacity
+        self.max_records = max_records
+        self.records = 0  # recent requests kept, over all sessions
         self.totals = Tally()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self.prefixes = PrefixTracker()
@@ -187,8 +193,7 @@ class SessionRegistry:
             if session is None:
                 session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
                 self._sessions[session_id] = session
-                while len(self._sessions) > self.capacity:
-                    self._sessions.popitem(last=False)
+                self._evict()
             else:
                 session.last_seen = now
                 self._sessions.move_to_end(session_id)
@@ -211,8 +216,19 @@ class SessionRegistry:
             self.totals.request_tokens.add(tokens)
             if session is not None:
                 session.tally.request_tokens.add(tokens)
+                if self._sessions.get(session.session_id) is session:  # not evicted meanwhile
+                    self.records += len(session.recent) < RECENT_REQUESTS
                 session.recent.append(record)
+                self._evict()
         return record
+
+    def _evict(self) -> None:
+        """Forget the least recently seen sessions past ``capacity`` or ``max_records``."""
+        while len(self._sessions) > self.capacity or (
+            self.records > self.max_records and len(self._sessions) > 1
+        ):
+            _, oldest = self._sessions.popitem(last=False)
+            self.records -= len(oldest.recent)
 
     def get(self, session_id: str) -> Session | None:
         with self._lock:

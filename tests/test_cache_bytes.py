@@ -12,6 +12,7 @@ from memory.injection_memo import Injected, InjectionMemo
 from memory.memo import MemoStore
 from proxy.compaction import HISTORY_BYTES, CompactionStage
 from proxy.costs import MAX_BYTES, PrefixTracker
+from proxy.sessions import SessionRegistry
 
 CAP = 10_000
 
@@ -89,3 +90,16 @@ async def test_many_sessions_with_large_bodies_stay_under_the_caps(proxy, client
     assert 0 < compaction.histories.bytes <= HISTORY_BYTES
     assert state.stores.memos.live_bytes <= state.stores.memos._live.maxsize
     assert state.stores.injections.live_bytes <= state.stores.injections._live.maxsize
+
+
+def test_session_statistics_keep_a_bounded_number_of_recent_requests():
+    registry = SessionRegistry(capacity=1000, max_records=500)
+    for n in range(100):
+        session = registry.touch(f"s{n}", "default")
+        for _ in range(20):
+            registry.record_request(session, "agent", b"{}", b"{}", cache_ttl=300.0)
+        assert registry.records <= 500
+    kept = [registry.get(f"s{n}") for n in range(100)]
+    assert registry.records == sum(len(s.recent) for s in kept if s is not None)
+    assert kept[-1] is not None and len(kept[-1].recent) == 20  # the newest sessions stay
+    assert kept[0] is None
