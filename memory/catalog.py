@@ -26,6 +26,7 @@ CHECKPOINT_FILE = "checkpoint.md"
 SESSIONS_DIR = "sessions"
 STABLE_SECTIONS = ("Constraints", "Decisions")
 MAX_QUERY_CHARS = 4000
+MAX_SESSION_CHECKPOINTS = 200
 
 # Words that carry no topic: left out of recall queries so "how do I fix the tests" does not
 # match every note that says "the".
@@ -127,11 +128,28 @@ class ProjectMemory:
         return lines
 
     def _watch_session_checkpoints(self) -> None:
-        """Pick up ``sessions/<sid>/checkpoint*.md`` files written since the last search."""
+        """Pick up ``sessions/<sid>/checkpoint*.md`` files written since the last search: the
+        newest ``MAX_SESSION_CHECKPOINTS`` (the index lives in memory; older ones stay on
+        disk for ``/sessions/...`` and resume)."""
         if self.memory_dir is None:
             return
-        for path in sorted((self.memory_dir / SESSIONS_DIR).glob("*/checkpoint*.md")):
+        sessions = self.memory_dir / SESSIONS_DIR
+        found = list(sessions.glob("*/checkpoint*.md"))
+        if len(found) > MAX_SESSION_CHECKPOINTS:
+            found = sorted(found, key=_mtime, reverse=True)[:MAX_SESSION_CHECKPOINTS]
+        keep = set(found)
+        for path in self.index.paths:
+            if path.parent.parent == sessions and path not in keep:
+                self.index.remove(path)
+        for path in sorted(found):
             self.index.add(path, kind_hint="checkpoint")
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _source(hit: Hit) -> str:
