@@ -103,3 +103,24 @@ def test_session_statistics_keep_a_bounded_number_of_recent_requests():
     assert registry.records == sum(len(s.recent) for s in kept if s is not None)
     assert kept[-1] is not None and len(kept[-1].recent) == 20  # the newest sessions stay
     assert kept[0] is None
+
+
+def test_the_search_index_holds_the_newest_session_checkpoints_only(tmp_path, monkeypatch):
+    import os
+
+    import memory.catalog as catalog_module
+    from memory.catalog import MemoryCatalog
+
+    monkeypatch.setattr(catalog_module, "MAX_SESSION_CHECKPOINTS", 3)
+    project = tmp_path / "project"
+    sessions = project / ".deep-memory" / "sessions"
+    memory = MemoryCatalog(tmp_path / "data").get(project)
+    for n in range(6):
+        checkpoint = sessions / f"ses_{n}" / "checkpoint-20260101.md"
+        checkpoint.parent.mkdir(parents=True)
+        checkpoint.write_text(f"# Checkpoint — ses_{n}\n\n## Intent\n- topic{n} work\n")
+        os.utime(checkpoint, (1000 + n, 1000 + n))
+    memory.search("work")
+    indexed = {p.parent.name for p in memory.index.paths if p.parent.parent == sessions}
+    assert indexed == {"ses_3", "ses_4", "ses_5"}
+    assert not memory.search("topic0") and memory.search("topic5")
