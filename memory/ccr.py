@@ -16,7 +16,7 @@ from cachetools import TTLCache
 from compressors.markers import normalize_key, utf8
 from memory.db import exclusive
 
-CACHE_BYTES = 32 * 1024 * 1024  # originals held in process, by size
+CACHE_BYTES = 16 * 1024 * 1024  # originals held in process, by size
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ccr_original (

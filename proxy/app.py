@@ -27,6 +27,7 @@ from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers
+from proxy.malloc import tune_malloc
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
@@ -479,6 +480,7 @@ def _log_access(
 
 async def _start(app: web.Application) -> None:
     state = app[STATE]
+    tune_malloc()  # before the worker threads start, so they share its arenas
     sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_SECONDS))
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
