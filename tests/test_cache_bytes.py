@@ -124,3 +124,21 @@ def test_the_search_index_holds_the_newest_session_checkpoints_only(tmp_path, mo
     indexed = {p.parent.name for p in memory.index.paths if p.parent.parent == sessions}
     assert indexed == {"ses_3", "ses_4", "ses_5"}
     assert not memory.search("topic0") and memory.search("topic5")
+
+
+def test_a_rewritten_body_holds_only_its_bytes():
+    """orjson's bytes keep its growing buffer's capacity (10x the length for 400 KB): the
+    forwarded body, which the prefix-cost tracker keeps, must not."""
+    import tracemalloc
+
+    from proxy.pipeline import _dumps
+
+    body = {"messages": [{"role": "tool", "content": "x" * 1000} for _ in range(400)]}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = _dumps(body, exact=False)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(out) > 400_000 and held < 1.5 * len(out)
