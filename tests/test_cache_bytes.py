@@ -133,7 +133,7 @@ def test_a_rewritten_body_holds_only_its_bytes():
 
     from proxy.pipeline import _dumps
 
-    body = {"messages": [{"role": "tool", "content": "x" * 1000} for _ in range(400)]}
+    body = {"messages": ["x" * 1000 for _ in range(300)], "ids": list(range(20_000))}
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
