@@ -1,12 +1,13 @@
-"""No session stalls another: one session's stream keeps flowing while another session's
-requests do slow work (a large memory import, a memory file held locked by someone else, the
-checkpoint of a 3 MB compaction)."""
+"""No session stalls another: one session's stream keeps flowing while other sessions'
+requests do slow work (a large memory import, a memory file held locked by someone else, a
+state database locked by another process, the checkpoint of a 3 MB compaction)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import sqlite3
 import threading
 import time
 from itertools import pairwise
@@ -17,6 +18,7 @@ import orjson
 from aiohttp import web
 
 from memory.archive import CHECKPOINT_FILE
+from memory.db import DB_NAME
 from memory.files import file_lock
 from memory.store import NOTES_FILE, SECTIONS
 from tests.fake_upstream import chat_stream, sse
@@ -24,7 +26,7 @@ from tests.test_compaction import compaction_body, transcript_of
 from tests.test_memory_injection import system_prompt
 
 CHUNK_EVERY = 0.02
-CHUNKS = 150  # three seconds of stream
+CHUNKS = 200  # four seconds of stream
 MAX_GAP = 0.1
 ATTEMPTS = 3  # a stall of the proxy's making comes back every time; a busy machine's may not
 SCHEDSTAT = Path("/proc/thread-self/schedstat")
@@ -162,12 +164,43 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
             await holder
             return status
 
+        database_locked = threading.Event()
+
+        def hold_state_database() -> None:
+            other = sqlite3.connect(proxy.state.settings.data_dir / DB_NAME, timeout=0)
+            try:
+                other.execute("BEGIN IMMEDIATE")  # another process writing
+                database_locked.set()
+                time.sleep(1.2)
+                other.rollback()
+            finally:
+                other.close()
+
+        async def request_behind_the_locked_database() -> int:
+            holder = asyncio.create_task(asyncio.to_thread(hold_state_database))
+            await asyncio.to_thread(database_locked.wait)
+            agent = {
+                "model": "m",
+                "stream": True,
+                "tools": TOOLS,
+                "messages": [
+                    {"role": "system", "content": system_prompt(project)},
+                    {"role": "user", "content": "list the files"},
+                ],
+            }
+            status = await chat(agent, "ses_database")  # fails open after the busy timeout
+            await holder
+            return status
+
+        async def capture_then_locked_database() -> tuple[int, int]:
+            return await capture_behind_the_lock(), await request_behind_the_locked_database()
+
         compaction = compaction_body(big_transcript(project))  # built first: the loop is shared
         streaming = asyncio.create_task(stream())
         await asyncio.wait_for(first_chunk.wait(), 5)
-        imported, captured, compacted = await asyncio.gather(
+        imported, (captured, behind_database), compacted = await asyncio.gather(
             memory_import(),
-            capture_behind_the_lock(),
+            capture_then_locked_database(),
             chat(compaction, "ses_compacting"),
         )
         received = await streaming
@@ -176,6 +209,9 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
         assert imported["added"] == 1500
         assert captured == 200 and "staging database" in (memory_dir / NOTES_FILE).read_text()
         assert compacted == 200 and (memory_dir / CHECKPOINT_FILE).exists()
+        database_session = proxy.state.sessions.get(f"ses_database_{n}")
+        assert behind_database == 200 and database_session is not None
+        assert database_session.tally.fail_opens == 1  # gave up waiting, forwarded as sent
         return max((b - a) - (b_wait - a_wait) for (a, a_wait), (b, b_wait) in pairwise(arrivals))
 
     gaps = []
