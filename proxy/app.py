@@ -285,6 +285,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     kind = "other"
     outcome = "relayed"
     body: object
+    session: Session | None = None
+    record: RequestRecord | None = None
     if dialect is not None:
         try:
             raw = await request.read()
@@ -326,8 +328,6 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         body = request.content if request.body_exists else None
         bytes_in = bytes_out = request.content_length or 0
         headers = upstream_request_headers(request.headers, keep_content_length=True)
-        record = None
-        session = None
         if session_id:
             session = state.sessions.touch(
                 session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
