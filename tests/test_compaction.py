@@ -398,3 +398,27 @@ def test_history_cache_is_bounded_in_sessions_and_bytes():
     assert sum(cache.get(f"s{n}") is not None for n in range(5)) == 1  # 900 + 100 <= 1000
     cache.remember("huge", Dialect.ANTHROPIC, b"z" * 2000)  # larger than the whole cache
     assert cache.get("huge") is None and cache.get("big") is not None
+
+
+async def test_the_checkpoint_is_on_disk_before_the_compaction_goes_upstream(
+    start_proxy, upstream, client, tmp_path
+):
+    """The rewrite runs on a worker thread now; forwarding still waits for the checkpoint."""
+    from aiohttp import web
+
+    from tests.fake_upstream import json_answer
+
+    home, project = make_project(tmp_path, None)
+    on_disk_when_forwarded: list[bool] = []
+
+    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
+        if b"<conversation>" in body:
+            checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
+            on_disk_when_forwarded.append(checkpoint.exists())
+        return web.json_response(json_answer(request.path, "ok"))
+
+    upstream.handler = provider
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_order")
+    assert on_disk_when_forwarded == [True]
