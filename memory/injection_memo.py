@@ -17,7 +17,7 @@ from cachetools import LRUCache
 from memory.db import exclusive
 
 SYSTEM_ANCHOR = "system"
-LIVE_BYTES = 8 * 1024 * 1024  # in-process injections, by their text
+LIVE_BYTES = 4 * 1024 * 1024  # in-process injections, by their text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS injection (

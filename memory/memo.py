@@ -11,7 +11,7 @@ from cachetools import LRUCache
 from compressors.pipeline import Decision, SessionMemo
 from memory.db import exclusive
 
-LIVE_BYTES = 16 * 1024 * 1024  # in-process memos, by their decisions' text
+LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
 
 
 def memo_size(memo: SessionMemo) -> int:

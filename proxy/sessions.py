@@ -21,7 +21,7 @@ MAX_SESSION_ID_LENGTH = 200
 RECENT_REQUESTS = 200  # chat requests remembered per session, for the dashboard
 # And at most this many over all sessions (a few hundred bytes each): past it, the least
 # recently seen sessions are forgotten, so the statistics cannot grow to max_sessions full ones.
-MAX_RECORDS = 20_000
+MAX_RECORDS = 10_000
 
 
 class RequestKind(StrEnum):
