@@ -9,6 +9,7 @@ project directory may be used at all is decided before, by ``memory.project``.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -73,6 +74,8 @@ class ProjectMemory:
             MemoryStore(self.memory_dir, settings.similarity, lock_dir) if self.memory_dir else None
         )
         self.index = MemoryIndex(tokenizer=settings.tokenizer)
+        # The index is rebuilt in place when a file changes: one search (or refresh) at a time.
+        self.index_lock = threading.Lock()
         for directory in self.directories:
             self.index.add(directory / MEMORY_FILE, within=directory.parent)
             self.index.add(directory / NOTES_FILE, kind_hint="notes", within=directory.parent)
@@ -101,8 +104,14 @@ class ProjectMemory:
     def search(
         self, query: str, limit: int = 5, now: date | None = None, min_coverage: float = 0.0
     ) -> list[Hit]:
-        self._watch_session_checkpoints()
-        return self.index.search(query, limit, now, min_coverage=min_coverage)
+        with self.index_lock:
+            self._watch_session_checkpoints()
+            return self.index.search(query, limit, now, min_coverage=min_coverage)
+
+    def refresh_index(self) -> None:
+        """Re-read the memory files that changed since the last search."""
+        with self.index_lock:
+            self.index.refresh()
 
     def recall(self, user_text: str, limit: int, now: date | None = None) -> list[Line]:
         """Lines worth showing beside a user message: its best hits, topic words only, above
@@ -192,10 +201,12 @@ class MemoryCatalog:
         self.lock_dir = Path(data_dir) / LOCKS_DIRNAME
         self.settings = settings or MemorySettings()
         self._projects: LRUCache[Path | None, ProjectMemory] = LRUCache(maxsize=max_projects)
+        self._lock = threading.Lock()
 
     def get(self, project_dir: Path | None) -> ProjectMemory:
-        memory = self._projects.get(project_dir)
-        if memory is None:
-            memory = ProjectMemory(project_dir, self.global_dir, self.settings, self.lock_dir)
-            self._projects[project_dir] = memory
-        return memory
+        with self._lock:
+            memory = self._projects.get(project_dir)
+            if memory is None:
+                memory = ProjectMemory(project_dir, self.global_dir, self.settings, self.lock_dir)
+                self._projects[project_dir] = memory
+            return memory

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 
 from compressors.markers import normalize_key, utf8
-from memory.db import state_errors, write_transaction
+from memory.db import exclusive, state_errors, write_transaction
 from memory.state import StateUnavailable
+
+CACHE_BYTES = 16 * 1024 * 1024  # originals held in process, by size
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ccr_original (
@@ -34,7 +36,7 @@ class OriginalStore:
         self,
         db: sqlite3.Connection,
         retention_days: float = 30.0,
-        cache_items: int = 2048,
+        cache_bytes: int = CACHE_BYTES,
         cache_seconds: float = 600.0,
     ) -> None:
         self.db = db
@@ -42,7 +44,7 @@ class OriginalStore:
         self.retention_seconds = retention_days * 86400.0
         # A cached key must still be in the database: the cache never outlives the retention.
         ttl = min(cache_seconds, self.retention_seconds / 2)
-        self._cache: TTLCache[str, bytes] = TTLCache(maxsize=cache_items, ttl=ttl)
+        self._cache: TTLCache[str, bytes] = TTLCache(maxsize=cache_bytes, ttl=ttl, getsizeof=len)
         with state_errors("cannot create the originals table"):
             db.executescript(SCHEMA)
 
@@ -53,19 +55,24 @@ class OriginalStore:
         marker that names one may go upstream.
         """
         now = time.time()
-        rows = [
-            (key, utf8(text), now, now) for key, text in originals.items() if key not in self._cache
-        ]
-        if not rows:
-            return 0
-        with state_errors("cannot write the state database"), write_transaction(self.db):
-            self.db.executemany(
-                "INSERT INTO ccr_original (key, content, created, last_used) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET last_used = excluded.last_used",
-                rows,
-            )
-        for key, content, _, _ in rows:
-            self._cache[key] = content
+        with exclusive(self.db):
+            rows = [
+                (key, utf8(text), now, now)
+                for key, text in originals.items()
+                if key not in self._cache
+            ]
+            if not rows:
+                return 0
+            with state_errors("cannot write the state database"), write_transaction(self.db):
+                self.db.executemany(
+                    "INSERT INTO ccr_original (key, content, created, last_used) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET last_used = "
+                    "excluded.last_used",
+                    rows,
+                )
+            for key, content, _, _ in rows:  # only once committed
+                if len(content) <= self._cache.maxsize:
+                    self._cache[key] = content
         return len(rows)
 
     def get(self, raw_key: str) -> bytes | None:
@@ -74,7 +81,8 @@ class OriginalStore:
         key = normalize_key(raw_key)
         if key is None:
             return None
-        cached = self._cache.get(key)
+        with exclusive(self.db):
+            cached = self._cache.get(key)
         if cached is not None:
             return cached
         try:
@@ -96,6 +104,10 @@ class OriginalStore:
                 (time.time() - self.retention_seconds,),
             )
         return cursor.rowcount
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self._cache.currsize)
 
     def __len__(self) -> int:
         with state_errors("cannot read the state database"):

@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from memory.state import StateUnavailable
 
 DB_NAME = "deepmem.sqlite3"
-BUSY_TIMEOUT_SECONDS = 5.0  # the longest a statement waits for another connection's lock
+
+# How long a statement waits for another process's write lock. Short: the request path fails
+# open (forwards the original request) rather than stall a session on a busy database.
+BUSY_TIMEOUT_SECONDS = 1.0
+
+
+class SerializedConnection(sqlite3.Connection):
+    """A connection the proxy's worker threads share: one statement at a time, and a
+    transaction (or a read and the in-process cache it fills) under ``exclusive``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.RLock()
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        with self.lock:
+            return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        with self.lock:
+            return super().executemany(sql, parameters)
+
+    def executescript(self, script: str, /) -> sqlite3.Cursor:
+        with self.lock:
+            return super().executescript(script)
+
+
+def exclusive(db: sqlite3.Connection) -> contextlib.AbstractContextManager[object]:
+    """Hold ``db`` for a transaction or a series of statements (no-op for a plain one)."""
+    lock = getattr(db, "lock", None)
+    return lock if lock is not None else contextlib.nullcontext()
 
 
 def open_database(path: Path | None) -> sqlite3.Connection:
@@ -20,19 +52,22 @@ def open_database(path: Path | None) -> sqlite3.Connection:
     moments, and readers in other processes (``deepmem expand``) never block the proxy.
     Raises ``StateUnavailable`` when the file cannot be opened as a database.
     """
-    if path is None:
-        connection = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        connection.execute("PRAGMA synchronous=NORMAL")
-        return connection
+    target = ":memory:" if path is None else str(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(
-            str(path), timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False, isolation_level=None
+            target,
+            timeout=BUSY_TIMEOUT_SECONDS,
+            check_same_thread=False,
+            isolation_level=None,
+            factory=SerializedConnection,
         )
     except (OSError, sqlite3.Error) as exc:
         raise StateUnavailable(f"cannot open {path}: {exc}") from exc
     try:
-        connection.execute("PRAGMA journal_mode=WAL")
+        if path is not None:
+            connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.Error as exc:
         connection.close()
@@ -40,7 +75,7 @@ def open_database(path: Path | None) -> sqlite3.Connection:
     return connection
 
 
-@contextmanager
+@contextlib.contextmanager
 def state_errors(doing: str) -> Iterator[None]:
     """Raise SQLite's errors as ``StateUnavailable("<doing>: <why>")``."""
     try:
@@ -49,17 +84,19 @@ def state_errors(doing: str) -> Iterator[None]:
         raise StateUnavailable(f"{doing}: {exc}") from exc
 
 
-@contextmanager
+@contextlib.contextmanager
 def write_transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """One transaction for every statement inside: the write lock is taken at once (waiting
-    at most the busy timeout), and nothing is kept unless COMMIT succeeds."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            # SQLite may have rolled back already (disk full, I/O error); the cause is raised.
-            with suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-        raise
+    """One transaction for every statement inside, the connection held by this thread: the
+    write lock is taken at once (waiting at most the busy timeout), and nothing is kept unless
+    COMMIT succeeds."""
+    with exclusive(db):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                # SQLite may have rolled back already (disk full, I/O error); the cause is raised.
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 
-from memory.db import state_errors, write_transaction
+from memory.db import exclusive, state_errors, write_transaction
 
 SYSTEM_ANCHOR = "system"
+LIVE_BYTES = 4 * 1024 * 1024  # in-process injections, by their text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS injection (
@@ -52,42 +53,69 @@ class SessionInjections:
         turns = [i.turn for i in self.by_anchor.values() if nudge in i.nudges]
         return max(turns) if turns else None
 
+    def size(self) -> int:
+        """Roughly what it holds in memory: its texts and anchors."""
+        texts = sum(128 + len(anchor) + len(i.text) for anchor, i in self.by_anchor.items())
+        return 256 + len(self.stable or "") + texts
+
 
 class InjectionMemo:
-    """Per-session injections: an LRU of live sessions over SQLite."""
+    """Per-session injections: an LRU of live sessions (at most ``live_bytes``) over SQLite.
+    Safe to share between threads."""
 
-    def __init__(self, db: sqlite3.Connection, live_sessions: int = 256) -> None:
+    def __init__(self, db: sqlite3.Connection, live_bytes: int = LIVE_BYTES) -> None:
         self.db = db
-        self._live: LRUCache[str, SessionInjections] = LRUCache(maxsize=live_sessions)
+        self._live: LRUCache[str, SessionInjections] = LRUCache(
+            maxsize=live_bytes, getsizeof=SessionInjections.size
+        )
         with state_errors("cannot create the injection table"):
             db.executescript(SCHEMA)
 
     def load(self, session_id: str) -> SessionInjections:
-        memo = self._live.get(session_id)
-        if memo is not None:
+        with exclusive(self.db):
+            memo = self._live.get(session_id)
+            if memo is not None:
+                return memo
+            memo = SessionInjections()
+            with state_errors("cannot read the state database"):
+                rows = self.db.execute(
+                    "SELECT anchor, turn, nudges, text FROM injection WHERE session = ?",
+                    (session_id,),
+                ).fetchall()
+            for anchor, turn, nudges, text in rows:
+                if anchor == SYSTEM_ANCHOR:
+                    memo.stable = text
+                else:
+                    memo.by_anchor[anchor] = Injected(
+                        text, turn, tuple(filter(None, nudges.split(",")))
+                    )
+            self._keep(session_id, memo)
             return memo
-        memo = SessionInjections()
-        with state_errors("cannot read the state database"):
-            rows = self.db.execute(
-                "SELECT anchor, turn, nudges, text FROM injection WHERE session = ?", (session_id,)
-            ).fetchall()
-        for anchor, turn, nudges, text in rows:
-            if anchor == SYSTEM_ANCHOR:
-                memo.stable = text
-            else:
-                memo.by_anchor[anchor] = Injected(
-                    text, turn, tuple(filter(None, nudges.split(",")))
-                )
-        self._live[session_id] = memo
-        return memo
 
     def set_stable(self, session_id: str, text: str) -> None:
-        self._insert(session_id, SYSTEM_ANCHOR, Injected(text, -1))
-        self.load(session_id).stable = text
+        with exclusive(self.db):
+            self._insert(session_id, SYSTEM_ANCHOR, Injected(text, -1))
+            memo = self.load(session_id)
+            memo.stable = text
+            self._keep(session_id, memo)
 
     def add(self, session_id: str, anchor: str, injected: Injected) -> None:
-        self._insert(session_id, anchor, injected)
-        self.load(session_id).by_anchor[anchor] = injected
+        with exclusive(self.db):
+            self._insert(session_id, anchor, injected)
+            memo = self.load(session_id)
+            memo.by_anchor[anchor] = injected
+            self._keep(session_id, memo)
+
+    def _keep(self, session_id: str, memo: SessionInjections) -> None:
+        """(Re-)insert a live memo, so the cache accounts for what it holds now."""
+        if memo.size() <= self._live.maxsize:
+            self._live[session_id] = memo
+        else:
+            self._live.pop(session_id, None)
+
+    @property
+    def live_bytes(self) -> int:
+        return int(self._live.currsize)
 
     def _insert(self, session_id: str, anchor: str, injected: Injected) -> None:
         # OR IGNORE: a second proxy process that decided first wins, and so does its text
@@ -106,7 +134,8 @@ class InjectionMemo:
             )
 
     def forget_live(self, session_id: str) -> None:
-        self._live.pop(session_id, None)
+        with exclusive(self.db):
+            self._live.pop(session_id, None)
 
     def prune(self, max_age_days: float) -> int:
         """Forget the injections of sessions not seen for ``max_age_days``."""
@@ -121,6 +150,5 @@ class InjectionMemo:
             ]
             for session_id in stale:
                 self.db.execute("DELETE FROM injection WHERE session = ?", (session_id,))
-        for session_id in stale:
-            self._live.pop(session_id, None)
-        return len(stale)
+                self._live.pop(session_id, None)
+            return len(stale)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -145,7 +146,7 @@ class MemoryFile:
         section = self._section(entry.section)
         new = Line(entry.render(), entry)
         lines = section.lines
-        last = max((i for i, line in enumerate(lines) if line.raw.strip()), default=-1)
+        last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].raw.strip()), -1)
         if last >= 0:
             lines.insert(last + 1, new)
             return
@@ -251,6 +252,66 @@ class ImportResult:
     skipped: list[StoreResult] = field(default_factory=list)
 
 
+# ---------------------------------------------------------------- duplicates
+
+
+class _Duplicates:
+    """Exact and near duplicates among entries, found without comparing a new entry with
+    every known one (an import of thousands of entries stays near-linear).
+
+    Exact: by normalized text. Near: prefix filtering. Two feature sets with Jaccard
+    similarity >= t share a token among the first ``|A| - ceil(t * |A|) + 1`` tokens of each
+    (in one fixed order), so only the entries indexed under those tokens are scored; the
+    most similar entry at or above the threshold is the same one a full scan finds.
+    """
+
+    def __init__(self, entries: Iterable[Entry], threshold: float) -> None:
+        self.threshold = threshold
+        self._entries: list[Entry] = []
+        self._exact: dict[str, Entry] = {}
+        self._postings: dict[str, list[int]] = {}
+        self._featureless: list[int] = []  # similarity 1.0 with each other
+        for entry in entries:
+            self.add(entry)
+
+    def _prefix(self, tokens: frozenset[str]) -> list[str]:
+        ordered = sorted(tokens)
+        if self.threshold <= 0:
+            return ordered
+        # The epsilon keeps float error (0.7 * 10 = 7.000000000000001) from shortening it.
+        overlap = math.ceil(self.threshold * len(ordered) - 1e-9)
+        return ordered[: len(ordered) - overlap + 1]
+
+    def add(self, entry: Entry) -> None:
+        index = len(self._entries)
+        self._entries.append(entry)
+        self._exact.setdefault(normalize(entry.text), entry)
+        tokens = features(entry.text)
+        if not tokens:
+            self._featureless.append(index)
+        for token in self._prefix(tokens):
+            self._postings.setdefault(token, []).append(index)
+
+    def exact(self, entry: Entry) -> Entry | None:
+        return self._exact.get(normalize(entry.text))
+
+    def most_similar(self, entry: Entry) -> tuple[Entry | None, float]:
+        """The earliest most similar entry that may reach the threshold, and its score."""
+        mine = features(entry.text)
+        if mine:
+            candidates = {i for t in self._prefix(mine) for i in self._postings.get(t, ())}
+        else:
+            candidates = set(self._featureless)
+        best: Entry | None = None
+        best_score = 0.0
+        for index in sorted(candidates):
+            other = self._entries[index]
+            score = similarity(mine, features(other.text))
+            if score > best_score:
+                best, best_score = other, score
+        return best, best_score
+
+
 # ---------------------------------------------------------------- the store
 
 
@@ -289,7 +350,7 @@ class MemoryStore:
 
         def edit(old: str) -> str:
             doc = MemoryFile.parse(old)
-            result = self._check(entry, doc.entries())
+            result = self._check(entry, _Duplicates(doc.entries(), self.threshold))
             results.append(result)
             if result.stored:
                 doc.add(entry)
@@ -299,15 +360,14 @@ class MemoryStore:
         self._update(self.memory_path, edit)
         return results[-1]
 
-    def _check(self, entry: Entry, existing: list[Entry], near: bool = True) -> StoreResult:
-        key = normalize(entry.text)
-        for other in existing:
-            if normalize(other.text) == key:
-                where = f"in {other.section}" if other.section != entry.section else "already"
-                reason = f"exact duplicate of [{other.id}] {where}: {other.text!r}"
-                return StoreResult(False, reason, entry, other, 1.0)
+    def _check(self, entry: Entry, known: _Duplicates, near: bool = True) -> StoreResult:
+        other = known.exact(entry)
+        if other is not None:
+            where = f"in {other.section}" if other.section != entry.section else "already"
+            reason = f"exact duplicate of [{other.id}] {where}: {other.text!r}"
+            return StoreResult(False, reason, entry, other, 1.0)
         if near:
-            best, score = self._most_similar(entry, existing)
+            best, score = known.most_similar(entry)
             if best is not None and score >= self.threshold:
                 reason = (
                     f"near-duplicate of [{best.id}] ({score:.2f} >= {self.threshold:.2f}): "
@@ -315,16 +375,6 @@ class MemoryStore:
                 )
                 return StoreResult(False, reason, entry, best, score)
         return StoreResult(True, "stored", entry)
-
-    def _most_similar(self, entry: Entry, existing: list[Entry]) -> tuple[Entry | None, float]:
-        mine = features(entry.text)
-        best: Entry | None = None
-        best_score = 0.0
-        for other in existing:
-            score = similarity(mine, features(other.text))
-            if score > best_score:
-                best, best_score = other, score
-        return best, best_score
 
     # -- read
 
@@ -422,10 +472,12 @@ class MemoryStore:
             doc = MemoryFile.parse(old)
             skipped: list[StoreResult] = []
             added = 0
+            known = _Duplicates(doc.entries(), self.threshold)
             for entry in incoming:
-                result = self._check(entry, doc.entries(), near=not force)
+                result = self._check(entry, known, near=not force)
                 if result.stored:
                     doc.add(entry)
+                    known.add(entry)
                     added += 1
                 else:
                     skipped.append(result)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from compressors.tokens import exact_counts_available
@@ -27,12 +28,20 @@ from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers, redact_text
+from proxy.malloc import tune_malloc
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
 from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
-from proxy.pipeline import Outcome, Transform, rewrite_request
+from proxy.pipeline import (
+    GIL_SWITCH_SECONDS,
+    Outcome,
+    Rewrite,
+    RewriteRunner,
+    Transform,
+    rewrite_request,
+)
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.request_body import UnreadableBody, content_coding, decode_body
 from proxy.security import Access, guard
@@ -41,6 +50,7 @@ from proxy.sessions import (
     SESSION_HEADER,
     STATS_EXPLAIN,
     RequestRecord,
+    Session,
     SessionRegistry,
     session_title,
 )
@@ -58,6 +68,7 @@ class ProxyState:
     transforms: list[Transform]
     metrics: Metrics = field(default_factory=Metrics)
     health: Health = field(default_factory=Health)
+    rewrites: RewriteRunner = field(default_factory=RewriteRunner)
     pool: UpstreamPool = field(init=False)
     sessions: SessionRegistry = field(init=False)
     started_at: float = field(default_factory=time.time)
@@ -104,8 +115,8 @@ async def stats_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
     session_id = request.query.get("session")
     if session_id is not None:
-        session = state.sessions.get(session_id)
-        if session is None:
+        detail = state.sessions.detail(session_id)
+        if detail is None:
             return error_response(
                 404,
                 f"no session {session_id!r} in the statistics (unknown, or evicted: the proxy "
@@ -113,9 +124,7 @@ async def stats_handler(request: web.Request) -> web.Response:
                 "not_found",
                 "unknown_session",
             )
-        return json_response(
-            {"version": __version__, "explain": STATS_EXPLAIN, "session": session.detail()}
-        )
+        return json_response({"version": __version__, "explain": STATS_EXPLAIN, "session": detail})
     snapshot = state.sessions.snapshot()
     snapshot["totals"]["active_streams"] = int(
         sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
@@ -173,7 +182,9 @@ async def expand_handler(request: web.Request) -> web.Response:
             status=400,
         )
     try:
-        result = expand(state.stores.originals, request.match_info["key"], start, end)
+        result = await asyncio.to_thread(
+            expand, state.stores.originals, request.match_info["key"], start, end
+        )
     except StateUnavailable as exc:
         return error_response(503, str(exc), "state_unavailable", "state_unavailable")
     finally:
@@ -272,6 +283,29 @@ def _not_found_hint(state: ProxyState, upstream: Upstream) -> str:
     return hint.encode("ascii", "backslashreplace").decode("ascii")  # a header value
 
 
+@dataclass(slots=True)
+class _Prepared:
+    result: Rewrite
+    session: Session | None
+    record: RequestRecord
+
+
+def _prepare(
+    state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
+) -> _Prepared:
+    """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
+    result = rewrite_request(raw, dialect, headers, state.transforms, state.sessions.idle_seconds)
+    session = None
+    if result.session_id:
+        session = state.sessions.touch(
+            result.session_id, upstream, headers.get(PARENT_SESSION_HEADER)
+        )
+    record = state.sessions.record_request(
+        session, result.kind.value, raw, result.body, state.settings.cache_ttl
+    )
+    return _Prepared(result, session, record)
+
+
 def _server_timing(overhead: float) -> CIMultiDict[str]:
     return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
 
@@ -301,6 +335,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     kind = "other"
     outcome = "relayed"
     body: object
+    session: Session | None = None
+    record: RequestRecord | None = None
     if dialect is not None:
         coding = content_coding(request.headers)
         try:
@@ -322,9 +358,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         metrics.inc("deepmem_bytes_in_total", len(wire))
         if settings.log_bodies:
             log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
-        result = rewrite_request(
-            raw, dialect, request.headers, state.transforms, state.sessions.idle_seconds
+        prepared = await state.rewrites.run(
+            session_id, _prepare, state, raw, dialect, request.headers, upstream.name
         )
+        result, session, record = prepared.result, prepared.session, prepared.record
         reports = result.context.reports if result.context else {}
         report = reports.get(REPORT)
         memory_report = reports.get(MEMORY_REPORT)
@@ -351,15 +388,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         body = request.content if request.body_exists else None
         bytes_in = bytes_out = request.content_length or 0
         headers = upstream_request_headers(request.headers, keep_content_length=True)
-
-    session = None
-    if session_id:
-        session = state.sessions.touch(
-            session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
-        )
-    record: RequestRecord | None = None
-    if dialect is not None:
-        record = state.sessions.record_request(session, kind, raw, result.body, settings.cache_ttl)
+        if session_id:
+            session = state.sessions.touch(
+                session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
+            )
     tallies = [state.sessions.totals] + ([session.tally] if session else [])
     for tally in tallies:
         tally.requests += 1
@@ -521,6 +553,8 @@ def _log_access(
 
 async def _start(app: web.Application) -> None:
     state = app[STATE]
+    tune_malloc()  # before the worker threads start, so they share its arenas
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_SECONDS))
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))
@@ -546,7 +580,7 @@ def _index_memory(state: ProxyState) -> None:
         state.health.report("project_dir", f"{exc}; project memory is off for every request")
         checked = None
     try:
-        state.memory.catalog.get(checked).index.refresh()
+        state.memory.catalog.get(checked).refresh_index()
     except (OSError, ValueError) as exc:
         log.warning("memory index not built at start-up: %s", exc)
 
@@ -580,14 +614,20 @@ async def _housekeeping(state: ProxyState) -> None:
     while True:
         await asyncio.sleep(HOUSEKEEPING_SECONDS)
         try:
-            purged = state.stores.originals.purge_expired()
-            pruned = state.stores.memos.prune()
-            pruned += state.stores.injections.prune(state.settings.retention_days)
+            purged, pruned = await asyncio.to_thread(_purge, state)
             if purged or pruned:
                 log.info("housekeeping: %d expired originals, %d old session memos", purged, pruned)
             state.health.clear("state_db_housekeeping")
         except StateUnavailable as exc:
             state.health.report("state_db_housekeeping", f"cleanup failed: {exc}")
+
+
+def _purge(state: ProxyState) -> tuple[int, int]:
+    """Expired originals, and the memos of old sessions, forgotten: how many of each."""
+    purged = state.stores.originals.purge_expired()
+    pruned = state.stores.memos.prune()
+    pruned += state.stores.injections.prune(state.settings.retention_days)
+    return purged, pruned
 
 
 STATE_RETRY_SECONDS = 30.0
@@ -613,6 +653,7 @@ async def _stop(app: web.Application) -> None:
     for task in (app[STATE].housekeeping, app[STATE].reopening):
         if task is not None:
             task.cancel()
+    app[STATE].rewrites.close()
     await app[STATE].pool.close()
 
 

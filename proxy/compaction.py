@@ -18,6 +18,7 @@ a ``<conversation>`` transcript) it, in order:
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,24 +100,38 @@ class CompactionReport:
     prompt: str = "off"
 
 
-class HistoryCache:
-    """The last agent request body of each session, bounded in sessions and bytes."""
+HISTORY_BYTES = 64 * 1024 * 1024
 
-    def __init__(self, max_sessions: int = 128, max_bytes: int = 256 * 1024 * 1024) -> None:
+
+class HistoryCache:
+    """The last agent request body of each session, bounded in sessions and bytes; safe to
+    share between threads."""
+
+    def __init__(self, max_sessions: int = 128, max_bytes: int = HISTORY_BYTES) -> None:
         self._bodies: LRUCache[str, tuple[Dialect, bytes]] = LRUCache(
             maxsize=max_bytes, getsizeof=lambda entry: len(entry[1]) or 1
         )
         self._max_sessions = max_sessions
+        self._lock = threading.Lock()
 
     def remember(self, session_id: str, dialect: Dialect, raw: bytes) -> None:
-        if len(raw) > self._bodies.maxsize:
-            return
-        self._bodies[session_id] = (dialect, raw)
-        while len(self._bodies) > self._max_sessions:
-            self._bodies.popitem()
+        with self._lock:
+            if len(raw) > self._bodies.maxsize:
+                # Too large to keep: a compaction then falls back to its own transcript,
+                # never to an older body of the session.
+                self._bodies.pop(session_id, None)
+                return
+            self._bodies[session_id] = (dialect, raw)
+            while len(self._bodies) > self._max_sessions:
+                self._bodies.popitem()
 
     def get(self, session_id: str) -> tuple[Dialect, bytes] | None:
-        return self._bodies.get(session_id)
+        with self._lock:
+            return self._bodies.get(session_id)
+
+    @property
+    def bytes(self) -> int:
+        return int(self._bodies.currsize)
 
 
 def history_messages(conversation: Conversation) -> list[Any]:

@@ -197,7 +197,8 @@ OPTIONS: tuple[Option, ...] = (
         "connect_timeout",
         _parse_positive_float,
         10.0,
-        "Seconds to open a connection to an upstream before answering 502.",
+        "Seconds to open a connection to an upstream (TCP and TLS) before answering 504. "
+        "Waiting for a free connection of a full pool (upstream_pool_size) is not counted.",
         "SECONDS",
     ),
     Option(
@@ -210,9 +211,11 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "upstream_pool_size",
-        _parse_positive_int,
-        100,
-        "Most open keep-alive connections per upstream.",
+        _parse_non_negative_int,
+        0,
+        "Most concurrent connections per upstream; 0, the default, sets no limit (every "
+        "stream of every session gets its own). With a limit, a request beyond it waits for a "
+        "free connection; the wait is not an upstream failure and never times out by itself.",
         "N",
     ),
     Option(
@@ -484,7 +487,7 @@ class Settings:
     max_body_mb: float = 64.0
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
-    upstream_pool_size: int = 100
+    upstream_pool_size: int = 0
     admin_token: str | None = None
     allowed_hosts: tuple[str, ...] = ()
     max_sessions: int = 1000

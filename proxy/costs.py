@@ -22,6 +22,7 @@ from typing import Any
 from compressors.tokens import high_bytes, tokens_from_counts
 
 MAX_STREAMS = 64  # previous bodies kept, to bound memory: the most recently seen streams
+MAX_BYTES = 64 * 1024 * 1024  # and at most this many bytes of them
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,17 +115,25 @@ class _Previous:
     forwarded: _Body
     at: float
 
+    @property
+    def size(self) -> int:
+        shared = self.forwarded.data is self.original.data
+        return len(self.original.data) + (0 if shared else len(self.forwarded.data))
+
 
 class PrefixTracker:
     """The previous original and forwarded body of each stream, while its cache may be warm.
 
     A stream is one kind of request in one session (a title request does not evict the agent's
     cache). Bodies older than ``ttl`` seconds are dropped (a cold cache holds nothing), and at
-    most ``capacity`` streams are kept, the least recently seen dropped first.
+    most ``capacity`` streams and ``max_bytes`` of bodies are kept, the least recently seen
+    dropped first (a stream whose bodies were dropped is priced as if its cache were cold).
     """
 
-    def __init__(self, capacity: int = MAX_STREAMS) -> None:
+    def __init__(self, capacity: int = MAX_STREAMS, max_bytes: int = MAX_BYTES) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.bytes = 0  # of the bodies kept
         self._previous: OrderedDict[tuple[str, str], _Previous] = OrderedDict()
 
     def __len__(self) -> int:
@@ -141,7 +150,7 @@ class PrefixTracker:
         """Price one request against the stream's previous one and remember it."""
         now = time.time() if now is None else now
         self._expire(now, ttl)
-        previous = self._previous.pop(stream, None) if stream is not None else None
+        previous = self._pop(stream) if stream is not None else None
         figures = StreamTokens()
         if previous is None:
             before = _Body(original, high_bytes(original))
@@ -151,17 +160,30 @@ class PrefixTracker:
             after, figures.cached_out = _against(previous.forwarded, forwarded)
         figures.tokens_in, figures.tokens_out = before.tokens, after.tokens
         if stream is not None:
-            self._previous[stream] = _Previous(before, after, now)
-            while len(self._previous) > self.capacity:
-                self._previous.popitem(last=False)
+            kept = _Previous(before, after, now)
+            if kept.size <= self.max_bytes:
+                self._previous[stream] = kept
+                self.bytes += kept.size
+            while len(self._previous) > self.capacity or self.bytes > self.max_bytes:
+                self._drop_oldest()
         return figures
+
+    def _pop(self, stream: tuple[str, str]) -> _Previous | None:
+        previous = self._previous.pop(stream, None)
+        if previous is not None:
+            self.bytes -= previous.size
+        return previous
+
+    def _drop_oldest(self) -> None:
+        _, oldest = self._previous.popitem(last=False)
+        self.bytes -= oldest.size
 
     def _expire(self, now: float, ttl: float) -> None:
         while self._previous:
             oldest = next(iter(self._previous.values()))
             if now - oldest.at <= ttl:
                 return
-            self._previous.popitem(last=False)
+            self._drop_oldest()
 
 
 def _against(previous: _Body, body: bytes) -> tuple[_Body, int]:

@@ -13,6 +13,7 @@ several are active the call is refused with their list. Every answer names the p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -314,12 +315,22 @@ async def mcp_post(
         return _json(_error(None, PARSE_ERROR, str(exc)), status=400)
     except orjson.JSONDecodeError:
         return _json(_error(None, PARSE_ERROR, "body is not JSON"), status=400)
+    # Tools read and write memory files and the state database: off the event loop, with
+    # the count reported back on it.
+    loop = asyncio.get_running_loop()
+
+    def counted(tool: str, failed: bool) -> None:
+        if on_tool_call is not None:
+            loop.call_soon_threadsafe(on_tool_call, tool, failed)
+
+    messages = payload if isinstance(payload, list) else [payload]
+    answers = await asyncio.to_thread(
+        lambda: [handle_message(context, message, counted) for message in messages]
+    )
     if isinstance(payload, list):
-        answers = [
-            a for a in (handle_message(context, m, on_tool_call) for m in payload) if a is not None
-        ]
-        return _json(answers) if answers else web.Response(status=202)
-    answer = handle_message(context, payload, on_tool_call)
+        found = [a for a in answers if a is not None]
+        return _json(found) if found else web.Response(status=202)
+    answer = answers[0]
     if answer is None:
         return web.Response(status=202)
     return _json(answer)

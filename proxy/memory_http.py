@@ -19,6 +19,7 @@ and the compaction archive: ``GET /sessions/{sid}/checkpoint`` and
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -136,19 +137,27 @@ async def _dispatch(request: web.Request, name: str, service: MemoryService) -> 
     q = request.query
     try:
         if name == "import":
-            memory, choice = service.choose(
-                q.get("project"), _endpoint(request), q.get("scope", "project")
-            )
             data = (await read_body(request)).decode("utf-8")
-            result = memory_api.import_(memory, choice, data, _flag(q.get("force")))
-            return json_response(result)
+
+            def run_import() -> Any:
+                memory, choice = service.choose(
+                    q.get("project"), _endpoint(request), q.get("scope", "project")
+                )
+                return memory_api.import_(memory, choice, data, _flag(q.get("force")))
+
+            return json_response(await asyncio.to_thread(run_import))
         body = await _json_body(request) if expected == "POST" else {}
-        memory, choice = service.choose(
-            body.get("project", q.get("project")),
-            _endpoint(request),
-            body.get("scope", q.get("scope", "project")),
-        )
-        result = table[name](request, memory, choice, body)
+
+        def run() -> Any:
+            memory, choice = service.choose(
+                body.get("project", q.get("project")),
+                _endpoint(request),
+                body.get("scope", q.get("scope", "project")),
+            )
+            return table[name](request, memory, choice, body)
+
+        # Memory files, their locks and the search index: off the event loop.
+        result = await asyncio.to_thread(run)
     except AmbiguousProject as exc:
         return error_response(409, str(exc), "ambiguous_project", "ambiguous_project")
     except (MemoryCallError, UnicodeDecodeError, UnreadableBody) as exc:
@@ -175,43 +184,50 @@ def session_handler(
     """
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        session_id = request.match_info["sid"]
-        named = request.query.get("project") or _endpoint(request)
-        try:
-            project = (
-                service.projects.check(named, "project")
-                if named
-                else service.projects.for_session(session_id) or settings.project_dir
-            )
-        except ValueError as exc:
-            return error_response(400, str(exc), "invalid_request", "bad_project")
-        memory = service.catalog.get(project)
-        memory_dir = memory.memory_dir or memory.global_dir
-        what = request.match_info.get("n")
-        try:
-            if what is None:
-                archives = session_checkpoints(memory_dir, session_id)
-                if not archives:
-                    raise ArchiveError(f"no checkpoint for session {session_id!r} in {memory_dir}")
-                text = archives[0].checkpoint.read_text(encoding="utf-8")
-                return web.Response(text=text, content_type="text/markdown", charset="utf-8")
-            # isdigit alone accepts "²", which int() refuses; int() refuses 4,300 digits too
-            if not (what.isascii() and what.isdigit() and len(what) <= 18):
-                return error_response(
-                    400,
-                    "the message number must be 0 or more, in at most 18 ASCII digits",
-                    "invalid_request",
-                    "bad_index",
-                )
-            return json_response(archived_message(memory_dir, session_id, int(what)))
-        except ArchiveError as exc:
-            return error_response(
-                404,
-                f"{exc.args[0]}; name the project with ?project=DIR if it is another one",
-                "not_found",
-                "not_archived",
-            )
-        except (OSError, ValueError) as exc:
-            return error_response(500, f"cannot read the archive: {exc}", "server_error", "io")
+        return await asyncio.to_thread(_session_answer, request, service, settings)
 
     return handle
+
+
+def _session_answer(
+    request: web.Request, service: MemoryService, settings: Settings
+) -> web.StreamResponse:
+    """The archive read behind ``session_handler``, on a worker thread."""
+    session_id = request.match_info["sid"]
+    named = request.query.get("project") or _endpoint(request)
+    try:
+        project = (
+            service.projects.check(named, "project")
+            if named
+            else service.projects.for_session(session_id) or settings.project_dir
+        )
+    except ValueError as exc:
+        return error_response(400, str(exc), "invalid_request", "bad_project")
+    memory = service.catalog.get(project)
+    memory_dir = memory.memory_dir or memory.global_dir
+    what = request.match_info.get("n")
+    try:
+        if what is None:
+            archives = session_checkpoints(memory_dir, session_id)
+            if not archives:
+                raise ArchiveError(f"no checkpoint for session {session_id!r} in {memory_dir}")
+            text = archives[0].checkpoint.read_text(encoding="utf-8")
+            return web.Response(text=text, content_type="text/markdown", charset="utf-8")
+        # isdigit alone accepts "²", which int() refuses; int() refuses 4,300 digits too
+        if not (what.isascii() and what.isdigit() and len(what) <= 18):
+            return error_response(
+                400,
+                "the message number must be 0 or more, in at most 18 ASCII digits",
+                "invalid_request",
+                "bad_index",
+            )
+        return json_response(archived_message(memory_dir, session_id, int(what)))
+    except ArchiveError as exc:
+        return error_response(
+            404,
+            f"{exc.args[0]}; name the project with ?project=DIR if it is another one",
+            "not_found",
+            "not_archived",
+        )
+    except (OSError, ValueError) as exc:
+        return error_response(500, f"cannot read the archive: {exc}", "server_error", "io")

@@ -8,10 +8,13 @@ the failure is counted.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from compressors import jsontext
 from compressors.view import Conversation, Dialect, UnrecognisedBody, parse_conversation
@@ -19,6 +22,20 @@ from memory.state import StateUnavailable
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
+
+T = TypeVar("T")
+REWRITE_WORKERS = 4
+# How long a thread that wants the GIL waits before the running one must hand it over
+# (Python's default is 5 ms). With rewrites running Python code on worker threads, the event
+# loop needs the GIL back for every chunk it relays; at 5 ms, a few busy workers delayed a
+# stream's chunks by hundreds of milliseconds on a loaded machine.
+GIL_SWITCH_SECONDS = 0.001
+
+
+def _exact_bytes(data: bytes) -> bytes:
+    """orjson's bytes keep the whole capacity of its growing buffer (a 400 KB body held 4 MB);
+    a copy holds just the bytes, for as long as the body is forwarded and remembered."""
+    return bytes(memoryview(data))
 
 
 @dataclass(slots=True)
@@ -90,7 +107,9 @@ def rewrite_request(
         for transform in transforms:
             changed = transform(conversation, context) or changed
         outcome, out = (
-            (Outcome.REWRITTEN, jsontext.dumps(body)) if changed else (Outcome.FORWARDED, raw)
+            (Outcome.REWRITTEN, _exact_bytes(jsontext.dumps(body)))
+            if changed
+            else (Outcome.FORWARDED, raw)
         )
         return Rewrite(out, outcome, session_id, kind, conversation, context=context)
     except StateUnavailable as exc:  # the stage reported it in /health; no traceback needed
@@ -101,3 +120,64 @@ def rewrite_request(
         return Rewrite(
             raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
         )
+
+
+class RewriteRunner:
+    """Runs request rewrites on a few worker threads, so the event loop only relays bytes.
+
+    The stages touch SQLite, memory files (and their locks), search indexes and checkpoint
+    extraction; none of that may stall another session's stream. Requests of one session
+    are rewritten one at a time, in the order they reached the runner (a stage keeps
+    per-session state); different sessions run in parallel.
+    """
+
+    def __init__(self, workers: int = REWRITE_WORKERS) -> None:
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="deepmem-rewrite")
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, requests holding/waiting
+
+    async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread, after the session's earlier requests.
+
+        When the caller is cancelled (the client went away) the work still finishes, and the
+        session's next request waits for it: a half-run rewrite must not overlap the next.
+        """
+        loop = asyncio.get_running_loop()
+        if session_key is None:
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        lock = self._join(session_key)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave(session_key)
+            raise
+        try:
+            future = loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        except BaseException:
+            self._release(session_key, lock)
+            raise
+        future.add_done_callback(lambda _: self._release(session_key, lock))
+        return await asyncio.shield(future)
+
+    def _join(self, key: str) -> asyncio.Lock:
+        lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
+        self._turns[key] = (lock, users + 1)
+        return lock
+
+    def _leave(self, key: str) -> None:
+        lock, users = self._turns[key]
+        if users <= 1:
+            del self._turns[key]
+        else:
+            self._turns[key] = (lock, users - 1)
+
+    def _release(self, key: str, lock: asyncio.Lock) -> None:
+        lock.release()
+        self._leave(key)
+
+    @property
+    def sessions_waiting(self) -> int:
+        """Sessions with a rewrite running or queued (the per-session locks alive)."""
+        return len(self._turns)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -17,6 +17,7 @@ first match wins:
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ class ProjectChoice:
 
 
 class ProjectResolver:
+    """Shared by the rewrite threads and the memory endpoints: its caches change under a lock."""
+
     def __init__(
         self,
         configured: Path | None,
@@ -57,6 +60,7 @@ class ProjectResolver:
         self._cache: LRUCache[tuple[str, str | None], Resolution] = LRUCache(maxsize=4096)
         self._active: dict[Path, float] = {}
         self._sessions: LRUCache[str, Path] = LRUCache(maxsize=4096)
+        self._lock = threading.Lock()
 
     def for_request(
         self, header: str | None, conversation: Conversation, session_id: str, agent: bool = True
@@ -69,25 +73,29 @@ class ProjectResolver:
         is not memoised, so the session's next agent request still reads its own prompt.
         """
         key = (session_id, header)
-        found = self._cache.get(key)
+        with self._lock:
+            found = self._cache.get(key)
         if found is None or (found.path is not None and not found.path.is_dir()):
             found = explain_project_dir(
                 self.configured, header, conversation.system_text, self.allowed_roots, self.dirname
             )
             if agent:
-                self._cache[key] = found
-        if found.path is not None:
-            self._active[found.path] = time.monotonic()
-            self._sessions[session_id] = found.path
-        elif found.source is None:
-            known = self._sessions.get(session_id)
-            if known is not None:
-                return Resolution(known, "session", f"the project session {session_id} named")
+                with self._lock:
+                    self._cache[key] = found
+        with self._lock:
+            if found.path is not None:
+                self._active[found.path] = time.monotonic()
+                self._sessions[session_id] = found.path
+                return found
+            known = self._sessions.get(session_id) if found.source is None else None
+        if known is not None:
+            return Resolution(known, "session", f"the project session {session_id} named")
         return found
 
     def for_session(self, session_id: str) -> Path | None:
         """The project the session's requests last named, if this process saw one."""
-        return self._sessions.get(session_id)
+        with self._lock:
+            return self._sessions.get(session_id)
 
     def check(self, raw: str, source: str) -> Path:
         """An explicitly named project, or ``ValueError`` saying why it is refused."""
@@ -98,7 +106,8 @@ class ProjectResolver:
 
     def active(self, window: float = ACTIVE_WINDOW) -> list[Path]:
         horizon = time.monotonic() - window
-        return sorted(path for path, seen in self._active.items() if seen >= horizon)
+        with self._lock:
+            return sorted(path for path, seen in self._active.items() if seen >= horizon)
 
     def for_call(self, argument: str | None, endpoint: str | None) -> ProjectChoice:
         """The project of an MCP/HTTP memory call, by the rule in this module's docstring."""

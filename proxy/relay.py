@@ -76,15 +76,18 @@ class UpstreamPool:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
 
     async def start(self) -> None:
+        # ``connect`` would also count the wait for a free pooled connection: left unbounded,
+        # so a full pool queues requests instead of failing them as upstream timeouts;
+        # ``sock_connect`` bounds opening the connection itself.
         timeout = aiohttp.ClientTimeout(
             total=None,
-            connect=self.settings.connect_timeout,
+            connect=None,
             sock_connect=self.settings.connect_timeout,
             sock_read=self.settings.read_timeout,
         )
         for upstream in self.settings.upstreams:
             connector = aiohttp.TCPConnector(
-                limit=self.settings.upstream_pool_size,
+                limit=self.settings.upstream_pool_size,  # 0: no limit
                 limit_per_host=self.settings.upstream_pool_size,
                 keepalive_timeout=30,
                 enable_cleanup_closed=True,

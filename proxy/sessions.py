@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ SESSION_HEADER = "x-session-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"
 MAX_SESSION_ID_LENGTH = 200
 RECENT_REQUESTS = 200  # chat requests remembered per session, for the dashboard
+# And at most this many over all sessions (a few hundred bytes each): past it, the least
+# recently seen sessions are forgotten, so the statistics cannot grow to max_sessions full ones.
+MAX_RECORDS = 10_000
 
 
 class RequestKind(StrEnum):
@@ -229,25 +233,33 @@ class Session:
 
 
 class SessionRegistry:
-    """Sessions by id, the least recently seen evicted past ``capacity``, plus the totals."""
+    """Sessions by id, the least recently seen evicted past ``capacity`` sessions or
+    ``max_records`` recent requests over all of them, plus the totals.
 
-    def __init__(self, capacity: int) -> None:
+    Requests are recorded from the rewrite threads and read on the event loop: everything
+    that adds or removes sessions or records iterates under one lock.
+    """
+
+    def __init__(self, capacity: int, max_records: int = MAX_RECORDS) -> None:
         self.capacity = capacity
+        self.max_records = max_records
+        self.records = 0  # recent requests kept, over all sessions
         self.totals = Tally()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self.prefixes = PrefixTracker()
+        self._lock = threading.Lock()
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
         now = time.time()
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
-            self._sessions[session_id] = session
-            while len(self._sessions) > self.capacity:
-                self._sessions.popitem(last=False)
-        else:
-            session.last_seen = now
-            self._sessions.move_to_end(session_id)
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
+                self._sessions[session_id] = session
+                self._evict()
+            else:
+                session.last_seen = now
+                self._sessions.move_to_end(session_id)
         return session
 
     def record_request(
@@ -261,27 +273,48 @@ class SessionRegistry:
         """Count one chat request's estimated tokens and cached prefix, before and after."""
         now = time.time()
         stream = (session.session_id, kind) if session is not None else None
-        tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
-        record = RequestRecord(now, kind, tokens)
-        self.totals.request_tokens.add(tokens)
-        if session is not None:
-            session.tally.request_tokens.add(tokens)
-            session.recent.append(record)
+        with self._lock:
+            tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
+            record = RequestRecord(now, kind, tokens)
+            self.totals.request_tokens.add(tokens)
+            if session is not None:
+                session.tally.request_tokens.add(tokens)
+                if self._sessions.get(session.session_id) is session:  # not evicted meanwhile
+                    self.records += len(session.recent) < RECENT_REQUESTS
+                session.recent.append(record)
+                self._evict()
         return record
 
+    def _evict(self) -> None:
+        """Forget the least recently seen sessions past ``capacity`` or ``max_records``."""
+        while len(self._sessions) > self.capacity or (
+            self.records > self.max_records and len(self._sessions) > 1
+        ):
+            _, oldest = self._sessions.popitem(last=False)
+            self.records -= len(oldest.recent)
+
     def get(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
+        with self._lock:
+            return self._sessions.get(session_id)
+
+    def detail(self, session_id: str) -> dict[str, Any] | None:
+        """The session with its recent requests (``Session.detail``), or None if unknown."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return None if session is None else session.detail()
 
     def idle_seconds(self, session_id: str) -> float | None:
-        session = self._sessions.get(session_id)
+        with self._lock:
+            session = self._sessions.get(session_id)
         return None if session is None else time.time() - session.last_seen
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def snapshot(self) -> dict[str, Any]:
-        sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
-        return {
-            "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
-            "sessions": [session.as_dict() for session in sessions],
-        }
+        with self._lock:
+            sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
+            return {
+                "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
+                "sessions": [session.as_dict() for session in sessions],
+            }

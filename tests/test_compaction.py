@@ -443,3 +443,27 @@ async def test_a_refused_projects_compaction_keeps_nothing(start_proxy, upstream
     assert not global_dir.exists() or not any(global_dir.rglob("*checkpoint*"))
     sent = orjson.loads(upstream.requests[-1].body)
     assert sent["messages"][1] == COMPACTION["body"]["messages"][1]  # forwarded all the same
+
+
+async def test_the_checkpoint_is_on_disk_before_the_compaction_goes_upstream(
+    start_proxy, upstream, client, tmp_path
+):
+    """The rewrite runs on a worker thread now; forwarding still waits for the checkpoint."""
+    from aiohttp import web
+
+    from tests.fake_upstream import json_answer
+
+    home, project = make_project(tmp_path, None)
+    on_disk_when_forwarded: list[bool] = []
+
+    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
+        if b"<conversation>" in body:
+            checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
+            on_disk_when_forwarded.append(checkpoint.exists())
+        return web.json_response(json_answer(request.path, "ok"))
+
+    upstream.handler = provider
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_order")
+    assert on_disk_when_forwarded == [True]

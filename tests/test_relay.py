@@ -518,3 +518,37 @@ async def test_client_abort_before_upstream_answers_cancels_upstream(proxy, upst
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.wait_for(upstream_gone.wait(), timeout=3)
+
+
+async def test_more_streams_than_the_pool_all_succeed(start_proxy, upstream, client):
+    """A full connection pool queues a request; the wait for a slot is not a connect
+    timeout (it used to answer 504 'Connection timeout' with the upstream healthy)."""
+    frames = chat_stream("one two three four five six")
+
+    async def slow(request: web.Request, body: bytes) -> web.StreamResponse:
+        return await stream_frames(request, frames, delay=0.1)
+
+    upstream.handler = slow
+    proxy = await start_proxy(
+        upstream=[f"{upstream.url}/v1"], upstream_pool_size="3", connect_timeout="0.2"
+    )
+
+    async def one_stream(n: int) -> tuple[int, bytes]:
+        async with client.post(
+            proxy.url + "/v1/chat/completions",
+            data=_body(DIALECT_CALLS[0][2], stream=True),
+            headers={"x-session-id": f"ses_pool_{n}"},
+        ) as response:
+            return response.status, await response.read()
+
+    results = await asyncio.gather(*(one_stream(n) for n in range(5)))
+    assert [status for status, _ in results] == [200] * 5
+    assert all(body == b"".join(frames) for _, body in results)
+    assert proxy.state.metrics.counter_total("deepmem_upstream_errors_total") == 0
+
+
+async def test_default_pool_has_no_limit(proxy):
+    """A proxy must not serialise a user's streams: by default the pool is unbounded."""
+    connector = proxy.state.pool.session("default").connector
+    assert connector is not None
+    assert connector.limit == 0
