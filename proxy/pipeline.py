@@ -28,8 +28,10 @@ REWRITE_WORKERS = 4
 # How long a thread that wants the GIL waits before the running one must hand it over
 # (Python's default is 5 ms). With rewrites running Python code on worker threads, the event
 # loop needs the GIL back for every chunk it relays; at 5 ms, a few busy workers delayed a
-# stream's chunks by hundreds of milliseconds on a loaded machine.
-GIL_SWITCH_SECONDS = 0.001
+# stream's chunks by hundreds of milliseconds on a loaded machine, and at 1 ms a 3 MB
+# compaction still stalled another session's stream by 150-300 ms in most runs of
+# tests/test_no_stall.py on two cores (0 of 6 at 0.2 ms).
+GIL_SWITCH_SECONDS = 0.0002
 
 
 def _exact_bytes(data: bytes) -> bytes:

@@ -166,14 +166,15 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
             await holder
             return status
 
-        database_locked = threading.Event()
+        database_locked, request_answered = threading.Event(), threading.Event()
 
         def hold_state_database() -> None:
             other = sqlite3.connect(proxy.state.settings.data_dir / DB_NAME, timeout=0)
             try:
                 other.execute("BEGIN IMMEDIATE")  # another process writing
                 database_locked.set()
-                time.sleep(1.2)
+                # Held until the request is answered, however long its turn on a worker takes.
+                request_answered.wait(30)
                 other.rollback()
             finally:
                 other.close()
@@ -191,6 +192,7 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
                 ],
             }
             status = await chat(agent, "ses_database")  # fails open after the busy timeout
+            request_answered.set()
             await holder
             return status
 
