@@ -5,11 +5,15 @@ Cache safety. Providers cache prompt prefixes, so once a tool output has been se
 form, later requests send it in the same form. ``SessionMemo`` holds every decision by
 fingerprint (tool, arguments, text); a decision changes only in a counted *event*:
 
-- ``batch``: outputs sent in full that have left the protected tail add up to more than
-  ``tail_tokens``; all of them are compressed in one rewrite;
-- ``pressure``: the request crossed an absolute threshold (50 K, 150 K tokens): every
-  compressible output is re-compressed one level deeper;
-- ``cold``: the provider's cache has expired anyway, so a rewrite costs nothing extra;
+- ``batch``: outputs sent in full that have left the protected tail and the recent window
+  add up to more than ``tail_tokens``; all of them are compressed in one rewrite;
+- ``pressure``: the request crossed an absolute threshold (50 K, 150 K tokens): outputs
+  compressed from then on are cut one level deeper; with ``recompress_on_pressure`` every
+  compressible output is also re-compressed at once (a rewrite of nearly the whole prompt,
+  which pays for itself only when the context must shrink, not to save cache reads);
+  otherwise older outputs reach the deeper level at the next ``cold`` event;
+- ``cold``: the provider's cache has expired anyway, so a rewrite costs nothing extra: every
+  output below the session's level is re-compressed at it too;
 - ``turn``: a new user turn began; older turns lose their reasoning, so their outputs are
   compressed in the same rewrite.
 
@@ -18,8 +22,11 @@ late) are compressed on sight. The result is a pure function of the request and 
 
 Zones: the head (system prompt up to the first user message) is never changed; the live turn
 (from the last real user message on) keeps its text, reasoning and tool calls byte for byte;
-the latest step's tool results are never changed; older tool results, in earlier turns and
-earlier in the live turn, are compressible.
+the latest step's tool results are never changed; the newest tool output up to
+``recent_tokens`` (smaller at each pressure level: large contexts cut deeper) stays as it
+arrived, since that is what an agent comes back to most; older tool results, in earlier turns
+and earlier in the live turn, are compressible. The window only moves forward: it is counted
+from the newest output back, and shrinks, never grows, with the pressure level.
 """
 
 from __future__ import annotations
@@ -33,7 +40,12 @@ import xxhash
 from compressors.focus import task_terms
 from compressors.markers import ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, ToolOutput
-from compressors.registry import DEFAULT_PROTECTED_TOOLS, compress_output, is_protected
+from compressors.registry import (
+    DEFAULT_PROTECTED_TOOLS,
+    compress_output,
+    is_protected,
+    is_subagent_report,
+)
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Item, Kind, Role
 
@@ -41,7 +53,13 @@ from compressors.view import Conversation, Dialect, Item, Kind, Role
 @dataclass(frozen=True, slots=True)
 class CompressionSettings:
     tail_tokens: int = 0
+    # Newest tool output kept as it arrived, per pressure level (deeper levels keep less).
+    # Off by default: measured on the public corpus, a window makes every batch rewrite reach
+    # back past it, and under Anthropic-like prices (a cache write costs 12.5 reads) that
+    # costs more than the reads it saves; compressing one step back keeps rewrites shallow.
+    recent_tokens: tuple[int, ...] = ()
     min_output_tokens: int = 250
+    whole_report_tokens: int = 4_000  # a subagent's report up to this size is never cut
     min_saving_tokens: int = 100
     min_saving_ratio: float = 0.25
     # Chosen by replaying the public corpus (see README, "What compression costs and saves").
@@ -49,6 +67,7 @@ class CompressionSettings:
     file_view_share: float = 2.0  # file views get this multiple of the ratio
     level_floor_chars: tuple[int, ...] = (500, 400, 300)
     pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
+    recompress_on_pressure: bool = False
     protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS
     compress_live_turn: bool = True
     arrival_tokens: int = 2_000
@@ -56,6 +75,11 @@ class CompressionSettings:
     arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
     drop_system_reminders: bool = True
+
+    def recent_window(self, level: int) -> int:
+        if not self.recent_tokens:
+            return 0
+        return self.recent_tokens[min(level, len(self.recent_tokens)) - 1]
 
     def budget(self, text: str, level: int) -> Budget:
         index = min(level, len(self.level_ratios)) - 1
@@ -165,7 +189,7 @@ def compress(
 
     focus = _focus(conversation, head_end, memo)
     candidates = _candidates(conversation, head_end, focus, memo)
-    in_tail = _tail_flags(items, candidates, live_start, settings)
+    in_tail = _tail_flags(items, candidates, live_start, settings, memo.level)
     pending: list[_Candidate] = []
     fresh: list[_Candidate] = []
     compressible: list[_Candidate] = []
@@ -174,6 +198,10 @@ def compress(
         if decision is None and (
             candidate.tokens < settings.min_output_tokens
             or is_protected(candidate.output, settings.protected_tools)
+            or (
+                is_subagent_report(candidate.output)
+                and candidate.tokens <= settings.whole_report_tokens
+            )
         ):
             decision = _decide(memo, result, candidate.fp, Decision(final=True))
         if decision is not None and decision.final:
@@ -200,9 +228,13 @@ def compress(
         for c in compressible
         if (d := memo.decisions.get(c.fp)) is not None and 0 < d.level < memo.level and not d.final
     ]
-    if event is None and stale:
-        event = "pressure"
-    due = fresh if event is None else [*fresh, *pending, *stale]
+    # A deeper re-compression rewrites most of the prompt: only when the cache is cold anyway,
+    # or when asked to on pressure.
+    if event is None and stale and (cache_cold or settings.recompress_on_pressure):
+        event = "cold" if cache_cold else "pressure"
+    due = fresh if event is None else [*fresh, *pending]
+    if event is not None and (cache_cold or settings.recompress_on_pressure):
+        due += stale
     chosen = {id(candidate) for candidate in due}
     if event is not None:
         memo.events += 1
@@ -279,16 +311,25 @@ def _tail_flags(
     candidates: list[_Candidate],
     live_start: int,
     settings: CompressionSettings,
+    level: int,
 ) -> list[bool]:
-    """Which results are protected: the latest step's, and with ``compress_live_turn`` off,
-    every result of the live turn."""
+    """Which results are protected: the latest step's, the newest ones within the recent
+    window, and with ``compress_live_turn`` off, every result of the live turn."""
     latest_calls = _latest_step_calls(items)
     last_call = max((i.message for i in items if i.kind is Kind.TOOL_CALL), default=-1)
+    recent = [False] * len(candidates)
+    room = settings.recent_window(level)
+    for index in range(len(candidates) - 1, -1, -1):
+        room -= candidates[index].tokens
+        if room < 0:
+            break
+        recent[index] = True
     return [
-        c.item.call_id in latest_calls
+        recent[index]
+        or c.item.call_id in latest_calls
         or c.item.message > last_call
         or (not settings.compress_live_turn and c.item.message > live_start)
-        for c in candidates
+        for index, c in enumerate(candidates)
     ]
 
 
@@ -325,7 +366,8 @@ def _event(
     if crossed > memo.thresholds_crossed:
         memo.thresholds_crossed = crossed
         memo.level = 1 + crossed
-        return "pressure"
+        if settings.recompress_on_pressure:
+            return "pressure"
     if not pending:
         return None
     if cache_cold:

@@ -112,6 +112,11 @@ SHELL = ToolCompressor(
             "run_terminal_cmd",
             "powershell",
             "sh",
+            "shell_command",  # Codex CLI
+            "exec_command",
+            "local_shell",
+            "container.exec",
+            "run_shell_command",  # Gemini CLI
         }
     ),
 )
@@ -168,12 +173,37 @@ DEFAULT_PROTECTED_TOOLS: frozenset[str] = frozenset(
         "memory_forget",
     }
 )
+# A subagent's report is what it concluded, written for this agent to act on: it stays whole
+# up to ``CompressionSettings.whole_report_tokens``.
+SUBAGENT_TOOLS: frozenset[str] = frozenset(
+    {"task", "agent", "subagent", "spawn_agent", "dispatch_agent", "delegate"}
+)
 _OWN_TOOL = re.compile(r"(?:^|[_.-])(deep_expand|memory_search|memory_store|memory_forget)$")
 
 
 def is_protected(output: ToolOutput, protected: frozenset[str]) -> bool:
     key = output.tool_key
     return key in protected or bool(_OWN_TOOL.search(key))
+
+
+def is_subagent_report(output: ToolOutput) -> bool:
+    return output.tool_key in SUBAGENT_TOOLS
+
+
+def command_text(arguments: str) -> str:
+    """The command line of a shell call; Codex may send it as an argv list
+    (``["bash", "-lc", "sed -n 1,80p a.py"]``): the script is its last word."""
+    parsed = CallArguments(arguments)
+    text = parsed.text("command", "cmd", "script", "input")
+    if text:
+        return text
+    for name in ("command", "cmd"):
+        value = parsed.parsed.get(name)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            words = [str(v) for v in value]
+            script = len(words) >= 3 and words[-2] in ("-c", "-lc")
+            return words[-1] if script else shlex.join(words)
+    return ""
 
 
 _SKIP_WORDS = frozenset({"sudo", "time", "env", "nohup", "timeout", "command", "exec", "xargs"})
@@ -220,7 +250,7 @@ def candidates(output: ToolOutput) -> list[ToolCompressor]:
     if key in EDITOR_TOOLS:
         first.append(FILE_READ)
     elif key in SHELL.tools:
-        command = CallArguments(output.arguments).text("command", "cmd", "script", "input")
+        command = command_text(output.arguments)
         by_program = _by_program(shell_program(command)) if command else None
         if by_program is not None:
             first.append(by_program)

@@ -305,11 +305,11 @@ def shown_line_numbers(text: str) -> list[tuple[int, int]] | None:
 def _prints_a_file(output: ToolOutput) -> bool:
     """Whether the call itself says that it printed a file, so un-numbered text is one."""
     # The registry imports this module, so its helpers are imported when first needed.
-    from compressors.registry import SHELL, shell_program
+    from compressors.registry import SHELL, command_text, shell_program
 
     key = output.tool_key
     if key in SHELL.tools:
-        command = CallArguments(output.arguments).text("command", "cmd", "script", "input")
+        command = command_text(output.arguments)
         return "|" not in command and shell_program(command) in _READ_PROGRAMS
     return key in _READ_TOOLS
 
