@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from compressors.outputs import Budget, CallArguments, Compressed, CompressFn, ToolOutput
-from compressors.tools import file_read, generic, json_crush, listing, prose, search, shell
+from compressors.tools import diff, file_read, generic, json_crush, listing, prose, search, shell
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +121,7 @@ SHELL = ToolCompressor(
     ),
 )
 JSON = ToolCompressor("json", json_crush.compress, frozenset())
+DIFF = ToolCompressor("diff", diff.compress, frozenset({"diff", "git_diff"}))
 PROSE = ToolCompressor(
     "prose",
     prose.compress,
@@ -144,6 +145,7 @@ GENERIC = ToolCompressor("generic", generic.compress, frozenset())
 # The list. Shape detection tries these in this order when the name says nothing.
 COMPRESSORS: tuple[ToolCompressor, ...] = (
     JSON,
+    DIFF,
     FILE_READ,
     SEARCH,
     LISTING,
@@ -254,7 +256,8 @@ def candidates(output: ToolOutput) -> list[ToolCompressor]:
         by_program = _by_program(shell_program(command)) if command else None
         if by_program is not None:
             first.append(by_program)
-        first += [JSON, SHELL]  # `curl`/`gh api` print JSON: its own shape wins over "a log"
+        # `curl`/`gh api` print JSON, `git show` a diff: their own shape wins over "a log"
+        first += [JSON, DIFF, SHELL]
     else:
         for compressor in COMPRESSORS:
             if key in compressor.tools:
