@@ -67,3 +67,27 @@ def test_codex_corpus_file_views_go_to_the_file_compressor():
         assert outcome is not None and outcome[0] == "file_read"
         seen += 1
     assert seen >= 5
+
+
+def test_an_unnumbered_view_names_the_file_lines_each_gap_stands_for():
+    output = codex_view("sed -n '101,340p' src/checkpoints/transcript.ts")
+    outcome = compress_output(output, SETTINGS.budget(output.text, 1))
+    assert outcome is not None and outcome[0] == "file_read"
+    text = outcome[1].text
+    assert text.startswith("Exit code: 0\nWall time: 0 seconds\nOutput:\n")
+    assert outcome[1].omitted.endswith(" of 241 file lines omitted")  # not the 3 header lines
+    # the first file line is line 101, so a gap after the kept head says where it is
+    gaps = [line for line in text.split("\n") if line.startswith("[… ")]
+    assert gaps and all("(file lines " in gap or "(file line " in gap for gap in gaps)
+    first_kept = text.split("\n")[3]
+    assert first_kept.startswith("export function handler0(")
+    following = text.split("\n")[4:6]
+    assert any(line.startswith("[… ") and "(file lines " in line for line in following) or (
+        "handler1(" in following[0]
+    )
+
+
+def test_a_view_of_unknown_start_names_no_lines():
+    output = codex_view("cat src/a.ts | tr a b")  # a pipeline: not a plain file view
+    outcome = compress_output(output, SETTINGS.budget(output.text, 1))
+    assert outcome is None or "(file line" not in outcome[1].text
