@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import xxhash
 
@@ -416,7 +416,11 @@ def _compress_one(
         result.counters["dedup"] += 1
         return Decision(level=level, text=pointer)
     last_level = level >= len(settings.level_ratios)
-    outcome = compress_output(candidate.output, settings.budget(text, level))
+    budget = settings.budget(text, level)
+    if is_subagent_report(candidate.output):  # a long report is cut to about the size of a
+        report_chars = settings.whole_report_tokens * 4 // level  # whole one, not to a tenth
+        budget = replace(budget, max_chars=max(budget.max_chars, report_chars))
+    outcome = compress_output(candidate.output, budget)
     if outcome is None:
         return Decision(level=level, final=last_level)
     name, compressed = outcome
