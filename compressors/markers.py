@@ -47,13 +47,15 @@ def marker(what: str, key: str) -> str:
     return f'[deep-memory: {what} — original intact: deep_expand("{KEY_PREFIX}{key}")]'
 
 
-def gap_line(count: int, unit: str = "lines", names: Sequence[str] = ()) -> str:
+def gap_line(count: int, unit: str = "lines", names: Sequence[str] = (), where: str = "") -> str:
     """``unit`` is plural; the singular drops its final s (pass a singular unit yourself for
-    irregular or compound ones)."""
+    irregular or compound ones). ``where`` says which ones, in terms the model can ask for
+    (``file lines 44-85``)."""
     if count == 1 and unit.endswith("s"):
         unit = unit[:-1]
+    place = f" ({where})" if where else ""
     mention = f"; they mention: {', '.join(names)}" if names else ""
-    return f"[… {count} {unit} omitted{mention} …]"
+    return f"[… {count} {unit} omitted{place}{mention} …]"
 
 
 def marker_keys(text: str) -> list[str]:

@@ -5,11 +5,15 @@ Cache safety. Providers cache prompt prefixes, so once a tool output has been se
 form, later requests send it in the same form. ``SessionMemo`` holds every decision by
 fingerprint (tool, arguments, text); a decision changes only in a counted *event*:
 
-- ``batch``: outputs sent in full that have left the protected tail add up to more than
-  ``tail_tokens``; all of them are compressed in one rewrite;
-- ``pressure``: the request crossed an absolute threshold (50 K, 150 K tokens): every
-  compressible output is re-compressed one level deeper;
-- ``cold``: the provider's cache has expired anyway, so a rewrite costs nothing extra;
+- ``batch``: outputs sent in full that have left the protected tail and the recent window
+  add up to more than ``tail_tokens``; all of them are compressed in one rewrite;
+- ``pressure``: the request crossed an absolute threshold (50 K, 150 K tokens): outputs
+  compressed from then on are cut one level deeper; with ``recompress_on_pressure`` every
+  compressible output is also re-compressed at once (a rewrite of nearly the whole prompt,
+  which pays for itself only when the context must shrink, not to save cache reads);
+  otherwise older outputs reach the deeper level at the next ``cold`` event;
+- ``cold``: the provider's cache has expired anyway, so a rewrite costs nothing extra: every
+  output below the session's level is re-compressed at it too;
 - ``turn``: a new user turn began; older turns lose their reasoning, so their outputs are
   compressed in the same rewrite.
 
@@ -18,30 +22,46 @@ late) are compressed on sight. The result is a pure function of the request and 
 
 Zones: the head (system prompt up to the first user message) is never changed; the live turn
 (from the last real user message on) keeps its text, reasoning and tool calls byte for byte;
-the latest step's tool results are never changed; older tool results, in earlier turns and
-earlier in the live turn, are compressible.
+the latest step's tool results are never changed; the newest tool output up to
+``recent_tokens`` (smaller at each pressure level: large contexts cut deeper) stays as it
+arrived, since that is what an agent comes back to most; older tool results, in earlier turns
+and earlier in the live turn, are compressible. The window only moves forward: it is counted
+from the newest output back, and shrinks, never grows, with the pressure level.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import orjson
 import xxhash
 
 from compressors.focus import task_terms
 from compressors.markers import ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, ToolOutput
-from compressors.registry import DEFAULT_PROTECTED_TOOLS, compress_output, is_protected
-from compressors.tokens import estimate_tokens
+from compressors.registry import (
+    DEFAULT_PROTECTED_TOOLS,
+    compress_output,
+    is_protected,
+    is_subagent_report,
+)
+from compressors.tokens import estimate_bytes_tokens, estimate_tokens
 from compressors.view import Conversation, Dialect, Item, Kind, Role
 
 
 @dataclass(frozen=True, slots=True)
 class CompressionSettings:
     tail_tokens: int = 0
+    # Newest tool output kept as it arrived, per pressure level (deeper levels keep less).
+    # Off by default: measured on the public corpus, a window makes every batch rewrite reach
+    # back past it, and under Anthropic-like prices (a cache write costs 12.5 reads) that
+    # costs more than the reads it saves; compressing one step back keeps rewrites shallow.
+    recent_tokens: tuple[int, ...] = ()
     min_output_tokens: int = 250
+    whole_report_tokens: int = 4_000  # a subagent's report up to this size is never cut
     min_saving_tokens: int = 100
     min_saving_ratio: float = 0.25
     # Chosen by replaying the public corpus (see README, "What compression costs and saves").
@@ -49,13 +69,22 @@ class CompressionSettings:
     file_view_share: float = 2.0  # file views get this multiple of the ratio
     level_floor_chars: tuple[int, ...] = (500, 400, 300)
     pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
+    recompress_on_pressure: bool = False
     protected_tools: frozenset[str] = DEFAULT_PROTECTED_TOOLS
     compress_live_turn: bool = True
     arrival_tokens: int = 2_000
     max_work_chars: int = 80_000  # output text compressed per request; the rest next request
     arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
+    # A finished turn loses its reasoning and long reminders only when they are at least this
+    # share of the turn as sent: the rewrite is a cache write of the whole turn.
+    strip_share: float = 0.25
     drop_system_reminders: bool = True
+
+    def recent_window(self, level: int) -> int:
+        if not self.recent_tokens:
+            return 0
+        return self.recent_tokens[min(level, len(self.recent_tokens)) - 1]
 
     def budget(self, text: str, level: int) -> Budget:
         index = min(level, len(self.level_ratios)) - 1
@@ -165,7 +194,7 @@ def compress(
 
     focus = _focus(conversation, head_end, memo)
     candidates = _candidates(conversation, head_end, focus, memo)
-    in_tail = _tail_flags(items, candidates, live_start, settings)
+    in_tail = _tail_flags(items, candidates, live_start, settings, memo.level)
     pending: list[_Candidate] = []
     fresh: list[_Candidate] = []
     compressible: list[_Candidate] = []
@@ -174,6 +203,10 @@ def compress(
         if decision is None and (
             candidate.tokens < settings.min_output_tokens
             or is_protected(candidate.output, settings.protected_tools)
+            or (
+                is_subagent_report(candidate.output)
+                and candidate.tokens <= settings.whole_report_tokens
+            )
         ):
             decision = _decide(memo, result, candidate.fp, Decision(final=True))
         if decision is not None and decision.final:
@@ -200,9 +233,13 @@ def compress(
         for c in compressible
         if (d := memo.decisions.get(c.fp)) is not None and 0 < d.level < memo.level and not d.final
     ]
-    if event is None and stale:
-        event = "pressure"
-    due = fresh if event is None else [*fresh, *pending, *stale]
+    # A deeper re-compression rewrites most of the prompt: only when the cache is cold anyway,
+    # or when asked to on pressure.
+    if event is None and stale and (cache_cold or settings.recompress_on_pressure):
+        event = "cold" if cache_cold else "pressure"
+    due = fresh if event is None else [*fresh, *pending]
+    if event is not None and (cache_cold or settings.recompress_on_pressure):
+        due += stale
     chosen = {id(candidate) for candidate in due}
     if event is not None:
         memo.events += 1
@@ -279,16 +316,25 @@ def _tail_flags(
     candidates: list[_Candidate],
     live_start: int,
     settings: CompressionSettings,
+    level: int,
 ) -> list[bool]:
-    """Which results are protected: the latest step's, and with ``compress_live_turn`` off,
-    every result of the live turn."""
+    """Which results are protected: the latest step's, the newest ones within the recent
+    window, and with ``compress_live_turn`` off, every result of the live turn."""
     latest_calls = _latest_step_calls(items)
     last_call = max((i.message for i in items if i.kind is Kind.TOOL_CALL), default=-1)
+    recent = [False] * len(candidates)
+    room = settings.recent_window(level)
+    for index in range(len(candidates) - 1, -1, -1):
+        room -= candidates[index].tokens
+        if room < 0:
+            break
+        recent[index] = True
     return [
-        c.item.call_id in latest_calls
+        recent[index]
+        or c.item.call_id in latest_calls
         or c.item.message > last_call
         or (not settings.compress_live_turn and c.item.message > live_start)
-        for c in candidates
+        for index, c in enumerate(candidates)
     ]
 
 
@@ -325,7 +371,8 @@ def _event(
     if crossed > memo.thresholds_crossed:
         memo.thresholds_crossed = crossed
         memo.level = 1 + crossed
-        return "pressure"
+        if settings.recompress_on_pressure:
+            return "pressure"
     if not pending:
         return None
     if cache_cold:
@@ -374,7 +421,11 @@ def _compress_one(
         result.counters["dedup"] += 1
         return Decision(level=level, text=pointer)
     last_level = level >= len(settings.level_ratios)
-    outcome = compress_output(candidate.output, settings.budget(text, level))
+    budget = settings.budget(text, level)
+    if is_subagent_report(candidate.output):  # a long report is cut to about the size of a
+        report_chars = settings.whole_report_tokens * 4 // level  # whole one, not to a tenth
+        budget = replace(budget, max_chars=max(budget.max_chars, report_chars))
+    outcome = compress_output(candidate.output, budget)
     if outcome is None:
         return Decision(level=level, final=last_level)
     name, compressed = outcome
@@ -409,8 +460,11 @@ def _strip_old_turns(
     changed_before = result.changed
     result.changed = False
     dropped: list[Item] = []
+    starts, worth = _turns_worth_stripping(conversation, head_end, live_start, settings)
     for item in conversation.items:
         if item.message >= live_start or item.message <= head_end:
+            continue
+        if not worth[bisect_right(starts, item.message) - 1]:
             continue
         if settings.strip_reasoning and item.role is Role.ASSISTANT:
             if item.kind is Kind.REASONING:
@@ -434,6 +488,43 @@ def _strip_old_turns(
     stripped = result.changed
     result.changed = changed_before or stripped
     return stripped
+
+
+def _turns_worth_stripping(
+    conversation: Conversation, head_end: int, live_start: int, settings: CompressionSettings
+) -> tuple[list[int], list[bool]]:
+    """Where each finished turn starts, and whether stripping it pays: stripping rewrites the
+    turn from its first reasoning on (a cache write of all of it), so a turn is stripped only
+    when what goes (reasoning, long reminders) is at least ``strip_share`` of the turn as sent.
+    The turn's content as sent no longer changes once a later turn has begun, so neither does
+    the answer."""
+    starts = [head_end] + [m for m, _ in conversation.user_messages() if head_end < m < live_start]
+    removable = [0] * len(starts)
+    total = [0] * len(starts)
+    for item in conversation.items:
+        if item.message >= live_start or item.message <= head_end:
+            continue
+        turn = bisect_right(starts, item.message) - 1
+        text = item.text
+        size = estimate_tokens(text)
+        if item.kind is Kind.REASONING and conversation.dialect is not Dialect.OPENAI_CHAT:
+            # a thinking block or reasoning item goes whole: signature, encrypted content
+            size = estimate_bytes_tokens(orjson.dumps(item.holder))
+        total[turn] += size
+        if item.kind is Kind.REASONING:
+            removable[turn] += size
+        elif item.role is Role.ASSISTANT and item.kind is Kind.TEXT and "<think" in text:
+            removable[turn] += sum(estimate_tokens(m.group(0)) for m in THINK_BLOCK.finditer(text))
+        elif item.role is Role.USER and item.kind is Kind.TEXT and "<system-reminder>" in text:
+            removable[turn] += sum(
+                estimate_tokens(block)
+                for block in (m.group(0) for m in SYSTEM_REMINDER.finditer(text))
+                if len(block) >= MIN_REMINDER_CHARS
+            )
+    worth = [
+        bool(r) and r >= settings.strip_share * t for r, t in zip(removable, total, strict=True)
+    ]
+    return starts, worth
 
 
 def _drop_reminders(item: Item, result: CompressionResult) -> None:

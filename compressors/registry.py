@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from compressors.outputs import Budget, CallArguments, Compressed, CompressFn, ToolOutput
-from compressors.tools import file_read, generic, json_crush, listing, prose, search, shell
+from compressors.tools import diff, file_read, generic, json_crush, listing, prose, search, shell
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +112,16 @@ SHELL = ToolCompressor(
             "run_terminal_cmd",
             "powershell",
             "sh",
+            "shell_command",  # Codex CLI
+            "exec_command",
+            "local_shell",
+            "container.exec",
+            "run_shell_command",  # Gemini CLI
         }
     ),
 )
 JSON = ToolCompressor("json", json_crush.compress, frozenset())
+DIFF = ToolCompressor("diff", diff.compress, frozenset({"diff", "git_diff"}))
 PROSE = ToolCompressor(
     "prose",
     prose.compress,
@@ -139,6 +145,7 @@ GENERIC = ToolCompressor("generic", generic.compress, frozenset())
 # The list. Shape detection tries these in this order when the name says nothing.
 COMPRESSORS: tuple[ToolCompressor, ...] = (
     JSON,
+    DIFF,
     FILE_READ,
     SEARCH,
     LISTING,
@@ -168,12 +175,37 @@ DEFAULT_PROTECTED_TOOLS: frozenset[str] = frozenset(
         "memory_forget",
     }
 )
+# A subagent's report is what it concluded, written for this agent to act on: it stays whole
+# up to ``CompressionSettings.whole_report_tokens``.
+SUBAGENT_TOOLS: frozenset[str] = frozenset(
+    {"task", "agent", "subagent", "spawn_agent", "dispatch_agent", "delegate"}
+)
 _OWN_TOOL = re.compile(r"(?:^|[_.-])(deep_expand|memory_search|memory_store|memory_forget)$")
 
 
 def is_protected(output: ToolOutput, protected: frozenset[str]) -> bool:
     key = output.tool_key
     return key in protected or bool(_OWN_TOOL.search(key))
+
+
+def is_subagent_report(output: ToolOutput) -> bool:
+    return output.tool_key in SUBAGENT_TOOLS
+
+
+def command_text(arguments: str) -> str:
+    """The command line of a shell call; Codex may send it as an argv list
+    (``["bash", "-lc", "sed -n 1,80p a.py"]``): the script is its last word."""
+    parsed = CallArguments(arguments)
+    text = parsed.text("command", "cmd", "script", "input")
+    if text:
+        return text
+    for name in ("command", "cmd"):
+        value = parsed.parsed.get(name)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            words = [str(v) for v in value]
+            script = len(words) >= 3 and words[-2] in ("-c", "-lc")
+            return words[-1] if script else shlex.join(words)
+    return ""
 
 
 _SKIP_WORDS = frozenset({"sudo", "time", "env", "nohup", "timeout", "command", "exec", "xargs"})
@@ -220,11 +252,12 @@ def candidates(output: ToolOutput) -> list[ToolCompressor]:
     if key in EDITOR_TOOLS:
         first.append(FILE_READ)
     elif key in SHELL.tools:
-        command = CallArguments(output.arguments).text("command", "cmd", "script", "input")
+        command = command_text(output.arguments)
         by_program = _by_program(shell_program(command)) if command else None
         if by_program is not None:
             first.append(by_program)
-        first += [JSON, SHELL]  # `curl`/`gh api` print JSON: its own shape wins over "a log"
+        # `curl`/`gh api` print JSON, `git show` a diff: their own shape wins over "a log"
+        first += [JSON, DIFF, SHELL]
     else:
         for compressor in COMPRESSORS:
             if key in compressor.tools:

@@ -274,7 +274,9 @@ OPTIONS: tuple[Option, ...] = (
         "pressure_thresholds",
         _parse_int_list,
         [50_000, 150_000],
-        "Request sizes in tokens at which older outputs are re-compressed one level deeper.",
+        "Request sizes in tokens from which tool outputs are compressed one level deeper "
+        "(outputs already sent compressed are not rewritten: that would cost a cache write "
+        "of the whole prompt).",
         "TOKENS,...",
     ),
     Option(

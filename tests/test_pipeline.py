@@ -164,8 +164,37 @@ def test_memo_survives_a_restart(tmp_path):
     assert again == body
 
 
-def test_pressure_recompresses_deeper_once():
-    settings = CompressionSettings(pressure_thresholds=(8_000,), arrival_kinds=frozenset())
+def test_pressure_cuts_later_outputs_deeper_without_rewriting_earlier_ones():
+    settings = CompressionSettings(pressure_thresholds=(3_500,), arrival_kinds=frozenset())
+    memo = SessionMemo()
+    messages = session(0)
+    for index in range(14):  # logs of about 1,500 tokens, compressed to about 200 each
+        messages += [call(f"c{index}", "make"), result(f"c{index}", big_log(f"s{index}", 100))]
+    previous: list[dict] | None = None
+    events = []
+    for length in range(4, len(messages) + 1, 2):
+        body, outcome = run(messages[:length], memo, settings)
+        events.append(outcome.event)
+        sent = body["messages"]
+        if previous is not None:  # a rewrite reaches back one step at most, never further
+            assert sent[: len(previous) - 1] == previous[:-1]
+        previous = sent
+    assert "pressure" not in events
+    assert memo.level == 2
+    assert previous[3]["content"].startswith("[deep-memory: ")
+    levels = [d.level for d in memo.decisions.values() if d.text is not None]
+    assert levels[0] == 1 and levels[-1] == 2  # compressed once the context was large: deeper
+    # A cold cache makes a rewrite free: then the older outputs are cut deeper too.
+    conversation = parse_conversation(Dialect.OPENAI_CHAT, {"messages": copy.deepcopy(messages)})
+    outcome = compress(conversation, memo, settings, cache_cold=True)
+    assert outcome.event == "cold"
+    assert {d.level for d in memo.decisions.values() if d.text is not None} == {2}
+
+
+def test_pressure_recompresses_deeper_once_when_asked():
+    settings = CompressionSettings(
+        pressure_thresholds=(8_000,), arrival_kinds=frozenset(), recompress_on_pressure=True
+    )
     memo = SessionMemo()
     messages = session(12)
     sizes, events = [], []
@@ -175,6 +204,61 @@ def test_pressure_recompresses_deeper_once():
         sizes.append(len(orjson.dumps(body)))
     assert events.count("pressure") == 1
     assert memo.level == 2
+
+
+def subagent_session(report: str) -> list[dict]:
+    task_call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "t",
+                "type": "function",
+                "function": {"name": "Agent", "arguments": json.dumps({"prompt": "audit"})},
+            }
+        ],
+    }
+    return [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        task_call,
+        result("t", report),
+        call("a", "make"),
+        result("a", big_log("a")),
+        call("b", "ls"),
+        result("b", "x"),
+    ]
+
+
+def test_a_subagent_report_stays_whole_up_to_its_cap():
+    report = "\n".join(
+        f"- Finding {i}: `pkg/auth/jwt_{i}.go:{i * 7}` validateUser_{i} skips the expiry check"
+        for i in range(120)
+    )
+    body, _ = run(subagent_session(report), SessionMemo())
+    assert body["messages"][3]["content"] == report  # what the subagent concluded, whole
+    assert body["messages"][5]["content"].startswith("[deep-memory: ")  # older log: cut
+    small_cap = CompressionSettings(arrival_kinds=frozenset(), whole_report_tokens=500)
+    body, _ = run(subagent_session(report), SessionMemo(), small_cap)
+    cut = body["messages"][3]["content"]
+    assert cut.startswith("[deep-memory: ")
+    # cut to about the cap (500 tokens, 2,000 characters), not to a tenth of the report
+    assert len(report) * 0.11 + 400 < len(cut) < 2_600
+
+
+def test_recent_window_keeps_the_newest_outputs_whole_and_moves_forward_only():
+    settings = CompressionSettings(arrival_kinds=frozenset(), recent_tokens=(13_000,))
+    memo = SessionMemo()
+    messages = session(8)  # each log is about 6,000 tokens
+    previous: list[dict] | None = None
+    for length in range(4, len(messages) + 1, 2):
+        body, _ = run(messages[:length], memo, settings)
+        sent = body["messages"]
+        if previous is not None:  # only what just left the window may change
+            assert sent[: len(previous) - 3] == previous[:-3]
+        previous = sent
+    assert previous[-1] == messages[-1] and previous[-3] == messages[-3]  # within the window
+    assert previous[-5]["content"].startswith("[deep-memory: ")
 
 
 def test_strict_live_turn_changes_nothing_after_the_last_user_message():
@@ -312,3 +396,38 @@ def test_huge_logs_and_listings_are_compressed_on_arrival_file_reads_are_not():
     sent = body["messages"]
     assert sent[5]["content"].startswith("[deep-memory: ")
     assert sent[7] == messages[7]  # a file read is shown in full on the step that asked for it
+
+
+def two_turns(reasoning: str, steps: int) -> list[dict]:
+    """A finished turn of ``steps`` tool steps, each with ``reasoning``, then a new turn."""
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "first task"},
+    ]
+    for index in range(steps):
+        step = call(f"c{index}", f"make step{index}")
+        step["reasoning_content"] = reasoning
+        messages += [step, result(f"c{index}", big_log(f"s{index}"))]
+    messages += [
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "second task"},
+        call("n", "ls"),
+        result("n", "x"),
+    ]
+    return messages
+
+
+def test_a_finished_turn_loses_its_reasoning_only_when_that_pays_for_the_rewrite():
+    heavy = "I should look at the failing handler first. " * 200  # ~2,200 tokens a step
+    body, _ = run(two_turns(heavy, 3), SessionMemo())
+    assert not any("reasoning_content" in m for m in body["messages"])
+    light = "Check the log."  # a few tokens beside ~200-token compressed logs: not worth it
+    messages = two_turns(light, 3)
+    memo = SessionMemo()
+    body, _ = run(messages, memo)
+    kept = [m for m in body["messages"] if "reasoning_content" in m]
+    assert len(kept) == 3
+    # the answer does not change in the turn's later requests
+    longer = [*messages, call("m", "pwd"), result("m", "/repo")]
+    again, _ = run(longer, memo)
+    assert again["messages"][: len(body["messages"]) - 1] == body["messages"][:-1]

@@ -140,13 +140,16 @@ class FileView:
     content_start: list[int]  # where the file's own text starts in each file line
     starts_at_top: bool  # the view begins with the file's first line
     numbered: bool  # every file line shows its line number
+    first_number: int | None = None  # an un-numbered view's first line number, when the call says
 
 
 def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
     text = output.text
     if not budget.max_chars < len(text) <= MAX_TEXT or _DIRECTORY_VIEW.search(text, 0, 400):
         return None
-    view = _parse(text) or (_parse_plain(text) if _prints_a_file(output) else None)
+    view = _parse(text) or (
+        _parse_plain(text, _first_line_number(output)) if _prints_a_file(output) else None
+    )
     if view is None:
         return None
     max_chars = (
@@ -223,18 +226,42 @@ def _render_with_names(
             chains += "\n" + name
         spent += len(name) + 2
         named.setdefault(gap, []).append(name)
+    numbers = _plain_numbers(view)
     out: list[str] = []
     gap = 0
     previous = -1
     for index in [*kept, len(view.lines)]:
         if index > previous + 1:
             names = sorted(named.get(gap, []))
-            out.append(gap_line(index - previous - 1, "lines", names))
+            span = _span(numbers, previous + 1, index - 1)
+            out.append(gap_line(index - previous - 1, "lines", names, span))
             gap += 1
         if index < len(view.lines):
             out.append(shown[index])
         previous = index
     return "\n".join(out)
+
+
+def _plain_numbers(view: FileView) -> list[int] | None:
+    """The file line number of each line of an un-numbered view that knows where it starts
+    (0 for header lines), so a gap can say which lines it stands for."""
+    if view.numbered or view.first_number is None:
+        return None
+    numbers: list[int] = []
+    number = view.first_number
+    for flag in view.is_file_line:
+        numbers.append(number if flag else 0)
+        number += flag
+    return numbers
+
+
+def _span(numbers: list[int] | None, first: int, last: int) -> str:
+    if numbers is None:
+        return ""
+    shown = [n for n in numbers[first : last + 1] if n]
+    if not shown:
+        return ""
+    return f"file lines {shown[0]}-{shown[-1]}" if len(shown) > 1 else f"file line {shown[0]}"
 
 
 def _omitted(view: FileView, kept: Sequence[int], cut: dict[int, str]) -> str:
@@ -305,25 +332,51 @@ def shown_line_numbers(text: str) -> list[tuple[int, int]] | None:
 def _prints_a_file(output: ToolOutput) -> bool:
     """Whether the call itself says that it printed a file, so un-numbered text is one."""
     # The registry imports this module, so its helpers are imported when first needed.
-    from compressors.registry import SHELL, shell_program
+    from compressors.registry import SHELL, command_text, shell_program
 
     key = output.tool_key
     if key in SHELL.tools:
-        command = CallArguments(output.arguments).text("command", "cmd", "script", "input")
+        command = command_text(output.arguments)
         return "|" not in command and shell_program(command) in _READ_PROGRAMS
     return key in _READ_TOOLS
 
 
-def _parse_plain(text: str) -> FileView | None:
-    """Un-numbered file text, every line a file line; not JSON (that is json_crush's)."""
-    stripped = text.strip()
+# Codex CLI's shell_command output starts with these lines before the program's own output.
+_SHELL_HEADER = re.compile(
+    r"(?:Exit code: -?\d+\n)?(?:Wall time: [^\n]*\n)?(?:Total output lines: \d+\n)?Output:\n"
+)
+_SED_RANGE = re.compile(r"^\s*sed\s+-n\s+['\"]?(\d+)\s*,\s*(?:\d+|\$)\s*p['\"]?\s+[^|;&]+$")
+_FROM_TOP = re.compile(r"^\s*(?:cat|head(?:\s+-n\s*\d+|\s+-\d+)?)\s+[^|;&<>]+$")
+
+
+def _first_line_number(output: ToolOutput) -> int | None:
+    """The file line an un-numbered view starts at, when the command says so:
+    ``sed -n 'A,Bp' file`` starts at A, ``cat file`` and ``head file`` at 1."""
+    from compressors.registry import command_text
+
+    command = command_text(output.arguments)
+    sed = _SED_RANGE.match(command)
+    if sed:
+        return int(sed.group(1))
+    return 1 if _FROM_TOP.match(command) else None
+
+
+def _parse_plain(text: str, first_number: int | None = None) -> FileView | None:
+    """Un-numbered file text, every line a file line (a shell's header line excepted); not
+    JSON (that is json_crush's)."""
+    header = _SHELL_HEADER.match(text)
+    header_lines = header.group(0).count("\n") if header else 0
+    stripped = text[header.end() if header else 0 :].strip()
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
         return None
     lines = text.split("\n")
     filled = sum(1 for line in lines if line.strip())
     if filled < MIN_FILE_LINES * 2 or filled < len(lines) // 2:
         return None
-    return FileView(lines, [True] * len(lines), [0] * len(lines), True, numbered=False)
+    is_file_line = [index >= header_lines for index in range(len(lines))]
+    return FileView(
+        lines, is_file_line, [0] * len(lines), True, numbered=False, first_number=first_number
+    )
 
 
 # --- choosing lines ---------------------------------------------------------------------------

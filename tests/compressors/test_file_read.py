@@ -10,7 +10,9 @@ from compressors.outputs import Budget, ToolOutput
 from compressors.registry import compress_output
 from compressors.tools import file_read
 
-GAP = re.compile(r"^\[… (\d+) lines? omitted(?:; they mention: .*)? …\]$")
+GAP = re.compile(
+    r"^\[… (\d+) lines? omitted(?: \(file lines? [\d-]+\))?(?:; they mention: .*)? …\]$"
+)
 
 
 def _python_source(classes: int = 6, methods: int = 5) -> list[str]:
@@ -172,6 +174,17 @@ def test_plain_cat_of_a_source_file_keeps_structure_without_inventing_numbers() 
     gaps = sum(int(m.group(1)) for m in map(GAP.match, out) if m)
     assert len(kept) + gaps == len(source)
     assert result.omitted == f"{gaps} of {len(source)} file lines omitted"
+    # `cat` starts at line 1: each gap says which file lines it stands for
+    position = 1
+    for line in out:
+        match = GAP.match(line)
+        if match:
+            count = int(match.group(1))
+            where = f"file lines {position}-{position + count - 1}" if count > 1 else "file line"
+            assert f"({where}" in line
+            position += count
+        else:
+            position += 1
 
 
 def test_level_two_is_smaller_and_keeps_declarations() -> None:
