@@ -32,11 +32,9 @@ from the newest output back, and shrinks, never grows, with the pressure level.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-import orjson
 import xxhash
 
 from compressors.focus import task_terms
@@ -48,7 +46,7 @@ from compressors.registry import (
     is_protected,
     is_subagent_report,
 )
-from compressors.tokens import estimate_bytes_tokens, estimate_tokens
+from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Item, Kind, Role
 
 
@@ -76,9 +74,6 @@ class CompressionSettings:
     max_work_chars: int = 80_000  # output text compressed per request; the rest next request
     arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
-    # A finished turn loses its reasoning and long reminders only when they are at least this
-    # share of the turn as sent: the rewrite is a cache write of the whole turn.
-    strip_share: float = 0.25
     drop_system_reminders: bool = True
 
     def recent_window(self, level: int) -> int:
@@ -460,11 +455,8 @@ def _strip_old_turns(
     changed_before = result.changed
     result.changed = False
     dropped: list[Item] = []
-    starts, worth = _turns_worth_stripping(conversation, head_end, live_start, settings)
     for item in conversation.items:
         if item.message >= live_start or item.message <= head_end:
-            continue
-        if not worth[bisect_right(starts, item.message) - 1]:
             continue
         if settings.strip_reasoning and item.role is Role.ASSISTANT:
             if item.kind is Kind.REASONING:
@@ -488,43 +480,6 @@ def _strip_old_turns(
     stripped = result.changed
     result.changed = changed_before or stripped
     return stripped
-
-
-def _turns_worth_stripping(
-    conversation: Conversation, head_end: int, live_start: int, settings: CompressionSettings
-) -> tuple[list[int], list[bool]]:
-    """Where each finished turn starts, and whether stripping it pays: stripping rewrites the
-    turn from its first reasoning on (a cache write of all of it), so a turn is stripped only
-    when what goes (reasoning, long reminders) is at least ``strip_share`` of the turn as sent.
-    The turn's content as sent no longer changes once a later turn has begun, so neither does
-    the answer."""
-    starts = [head_end] + [m for m, _ in conversation.user_messages() if head_end < m < live_start]
-    removable = [0] * len(starts)
-    total = [0] * len(starts)
-    for item in conversation.items:
-        if item.message >= live_start or item.message <= head_end:
-            continue
-        turn = bisect_right(starts, item.message) - 1
-        text = item.text
-        size = estimate_tokens(text)
-        if item.kind is Kind.REASONING and conversation.dialect is not Dialect.OPENAI_CHAT:
-            # a thinking block or reasoning item goes whole: signature, encrypted content
-            size = estimate_bytes_tokens(orjson.dumps(item.holder))
-        total[turn] += size
-        if item.kind is Kind.REASONING:
-            removable[turn] += size
-        elif item.role is Role.ASSISTANT and item.kind is Kind.TEXT and "<think" in text:
-            removable[turn] += sum(estimate_tokens(m.group(0)) for m in THINK_BLOCK.finditer(text))
-        elif item.role is Role.USER and item.kind is Kind.TEXT and "<system-reminder>" in text:
-            removable[turn] += sum(
-                estimate_tokens(block)
-                for block in (m.group(0) for m in SYSTEM_REMINDER.finditer(text))
-                if len(block) >= MIN_REMINDER_CHARS
-            )
-    worth = [
-        bool(r) and r >= settings.strip_share * t for r, t in zip(removable, total, strict=True)
-    ]
-    return starts, worth
 
 
 def _drop_reminders(item: Item, result: CompressionResult) -> None:

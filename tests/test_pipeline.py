@@ -396,38 +396,3 @@ def test_huge_logs_and_listings_are_compressed_on_arrival_file_reads_are_not():
     sent = body["messages"]
     assert sent[5]["content"].startswith("[deep-memory: ")
     assert sent[7] == messages[7]  # a file read is shown in full on the step that asked for it
-
-
-def two_turns(reasoning: str, steps: int) -> list[dict]:
-    """A finished turn of ``steps`` tool steps, each with ``reasoning``, then a new turn."""
-    messages = [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": "first task"},
-    ]
-    for index in range(steps):
-        step = call(f"c{index}", f"make step{index}")
-        step["reasoning_content"] = reasoning
-        messages += [step, result(f"c{index}", big_log(f"s{index}"))]
-    messages += [
-        {"role": "assistant", "content": "done"},
-        {"role": "user", "content": "second task"},
-        call("n", "ls"),
-        result("n", "x"),
-    ]
-    return messages
-
-
-def test_a_finished_turn_loses_its_reasoning_only_when_that_pays_for_the_rewrite():
-    heavy = "I should look at the failing handler first. " * 200  # ~2,200 tokens a step
-    body, _ = run(two_turns(heavy, 3), SessionMemo())
-    assert not any("reasoning_content" in m for m in body["messages"])
-    light = "Check the log."  # a few tokens beside ~200-token compressed logs: not worth it
-    messages = two_turns(light, 3)
-    memo = SessionMemo()
-    body, _ = run(messages, memo)
-    kept = [m for m in body["messages"] if "reasoning_content" in m]
-    assert len(kept) == 3
-    # the answer does not change in the turn's later requests
-    longer = [*messages, call("m", "pwd"), result("m", "/repo")]
-    again, _ = run(longer, memo)
-    assert again["messages"][: len(body["messages"]) - 1] == body["messages"][:-1]
