@@ -136,7 +136,9 @@ def _source_tools(messages: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     calls: dict[str, tuple[str, str]] = {}
     for message in messages:
         for call in tool_calls(message):
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            if not isinstance(function, dict):
+                function = {}
             arguments = function.get("arguments")
             if not isinstance(arguments, str):
                 arguments = orjson.dumps(arguments).decode()
