@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,8 +143,9 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def children(
-    upstream_port: int, proxy_port: int, data_dir: str
+    upstream_port: int, proxy_port: int, data_dir: str, proxy_args: Sequence[str] = ()
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The fake provider and ``deepmem serve`` (with ``proxy_args``) as child processes."""
     commands = [
         [sys.executable, str(HERE / "fake_provider.py"), "--port", str(upstream_port)],
         [
@@ -160,6 +161,7 @@ def children(
             data_dir,
             "--log-level",
             "warning",
+            *proxy_args,
         ],
     ]
     procs: list[subprocess.Popen[bytes]] = []

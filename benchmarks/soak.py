@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from benchmarks.overhead import CORPUS, HERE, free_port, wait_ready
+from benchmarks.overhead import CORPUS, children, free_port, wait_ready
 
 PATH = "/v1/chat/completions"
 DB_FILES = ("deepmem.sqlite3", "deepmem.sqlite3-wal", "deepmem.sqlite3-shm")
@@ -161,30 +161,9 @@ async def soak(minutes: float, workers: int, every: float) -> list[Sample]:
         root = Path(tmp)
         data_dir, project = root / "data", root / "project"
         project.mkdir()
-        commands = [
-            [sys.executable, str(HERE / "fake_provider.py"), "--port", str(upstream_port)],
-            [
-                sys.executable,
-                "-m",
-                "proxy",
-                "serve",
-                "--port",
-                str(proxy_port),
-                "--upstream",
-                f"http://127.0.0.1:{upstream_port}/v1",
-                "--data-dir",
-                str(data_dir),
-                "--allowed-roots",
-                str(root),
-                "--log-level",
-                "warning",
-            ],
-        ]
-        procs = [
-            subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
-            for command in commands
-        ]
-        try:
+        with children(
+            upstream_port, proxy_port, str(data_dir), ["--allowed-roots", str(root)]
+        ) as procs:
             url = f"http://127.0.0.1:{proxy_port}"
             async with aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=120)
@@ -194,16 +173,6 @@ async def soak(minutes: float, workers: int, every: float) -> list[Sample]:
                 return await _measure(
                     client, url, corpus, project, data_dir, procs[1], minutes, workers, every
                 )
-        finally:
-            for proc in reversed(procs):
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
 
 async def _measure(
