@@ -43,7 +43,7 @@ from proxy.pipeline import (
     rewrite_request,
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
-from proxy.request_body import UnreadableBody, content_coding, decode_body
+from proxy.request_body import UnreadableBody, content_coding, decoded
 from proxy.security import Access, guard
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
@@ -341,7 +341,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         coding = content_coding(request.headers)
         try:
             wire = await request.read()  # as received: the server does not inflate bodies
-            raw = decode_body(wire, coding, settings.max_body_bytes)
+            raw = await decoded(wire, coding, settings.max_body_bytes)
         except UnreadableBody as exc:
             metrics.inc("deepmem_requests_total", route=route, status="400")
             return _error(style, 400, f"deepmem: {exc}", "invalid_request_error", "bad_encoding")

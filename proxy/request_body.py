@@ -9,6 +9,7 @@ other coding is not decoded, so such a body is relayed as received.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Mapping
 
@@ -61,7 +62,14 @@ def _zlib_header(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
+async def decoded(wire: bytes, coding: str, limit: int) -> bytes:
+    """``decode_body`` off the event loop (inflating up to the body limit takes a while)."""
+    if coding not in _WBITS or not wire:
+        return wire
+    return await asyncio.to_thread(decode_body, wire, coding, limit)
+
+
 async def read_body(request: web.Request) -> bytes:
     """The whole request body, decoded, for the proxy's own endpoints."""
     wire = await request.read()
-    return decode_body(wire, content_coding(request.headers), request.client_max_size)
+    return await decoded(wire, content_coding(request.headers), request.client_max_size)

@@ -429,3 +429,34 @@ def test_tool_call_arguments_with_a_huge_integer_are_read_not_failed_open(
     assert rewrite.outcome in (Outcome.REWRITTEN, Outcome.FORWARDED), rewrite.error
     assert str(2**80).encode() in rewrite.body
     assert not [r for r in records if r.levelno >= logging.WARNING]
+
+
+async def test_compressed_bodies_are_inflated_off_the_event_loop(
+    start_proxy: ProxyFactory,
+    raw_upstream: RawUpstream,
+    client: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inflating a body of up to the body limit takes a while: not on the loop's thread."""
+    import threading
+
+    import proxy.request_body as request_body
+
+    threads: list[threading.Thread] = []
+    inflate = request_body.decode_body
+
+    def recording(wire: bytes, coding: str, limit: int) -> bytes:
+        threads.append(threading.current_thread())
+        return inflate(wire, coding, limit)
+
+    monkeypatch.setattr(request_body, "decode_body", recording)
+    proxy = await start_proxy([mark_first_item], upstream=[f"{raw_upstream.url}/v1"])
+    status, _ = await post(client, f"{proxy.url}/v1/chat/completions", gzip.compress(CHAT), "gzip")
+    assert status == 200
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with client.post(
+        f"{proxy.url}/memory/import", data=gzip.compress(b"[]"), headers=headers
+    ) as response:
+        await response.read()
+    assert len(threads) == 2
+    assert all(thread is not threading.main_thread() for thread in threads)
