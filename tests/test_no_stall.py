@@ -143,6 +143,17 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
                 result: dict[str, Any] = await response.json()
                 return result
 
+        def agent_step(text: str) -> dict[str, Any]:
+            return {
+                "model": "m",
+                "stream": True,
+                "tools": TOOLS,
+                "messages": [
+                    {"role": "system", "content": system_prompt(project)},
+                    {"role": "user", "content": text},
+                ],
+            }
+
         lock_taken = threading.Event()
 
         def hold_notes_lock() -> None:
@@ -153,16 +164,9 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
         async def capture_behind_the_lock() -> int:
             holder = asyncio.create_task(asyncio.to_thread(hold_notes_lock))
             await asyncio.to_thread(lock_taken.wait)
-            agent = {
-                "model": "m",
-                "stream": True,
-                "tools": TOOLS,
-                "messages": [
-                    {"role": "system", "content": system_prompt(project)},
-                    {"role": "user", "content": "Remember: the staging database is read-only"},
-                ],
-            }
-            status = await chat(agent, "ses_capture")
+            status = await chat(
+                agent_step("Remember: the staging database is read-only"), "ses_capture"
+            )
             await holder
             return status
 
@@ -182,16 +186,8 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
         async def request_behind_the_locked_database() -> int:
             holder = asyncio.create_task(asyncio.to_thread(hold_state_database))
             await asyncio.to_thread(database_locked.wait)
-            agent = {
-                "model": "m",
-                "stream": True,
-                "tools": TOOLS,
-                "messages": [
-                    {"role": "system", "content": system_prompt(project)},
-                    {"role": "user", "content": "list the files"},
-                ],
-            }
-            status = await chat(agent, "ses_database")  # fails open after the busy timeout
+            # fails open after the busy timeout
+            status = await chat(agent_step("list the files"), "ses_database")
             request_answered.set()
             await holder
             return status
