@@ -44,7 +44,7 @@ from proxy.pipeline import (
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.request_body import UnreadableBody, content_coding, decoded
-from proxy.security import Access, guard
+from proxy.security import Access, guard, host_allowed
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
     SESSION_HEADER,
@@ -95,8 +95,13 @@ def _error(style: Dialect, status: int, message: str, error_type: str, code: str
 
 
 async def health_handler(request: web.Request) -> web.Response:
+    """Status for anyone; the details (upstreams, problems naming paths) only under a Host a
+    web page cannot have rebound, as for the admin endpoints."""
     state = request.app[STATE]
     problems = state.health.problems()
+    status = 503 if problems else 200
+    if not host_allowed(request.headers.get("Host"), state.settings):
+        return json_response({"status": "degraded" if problems else "ok"}, status=status)
     return json_response(
         {
             "status": "degraded" if problems else "ok",
@@ -106,7 +111,7 @@ async def health_handler(request: web.Request) -> web.Response:
             "token_counts": "exact" if exact_counts_available() else "estimated",
             "problems": problems,
         },
-        status=503 if problems else 200,
+        status=status,
     )
 
 

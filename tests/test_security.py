@@ -148,6 +148,9 @@ async def test_foreign_host_gets_nothing(proxy, client, host):
         assert response.status == 403
     async with client.get(proxy.url + "/health", headers={"Host": host}) as response:
         assert response.status == 200  # liveness probes use any name
+        assert await response.json() == {"status": "ok"}  # no paths or URLs for a rebound page
+    async with client.get(proxy.url + "/health") as response:
+        assert "upstreams" in await response.json()
 
 
 @pytest.mark.parametrize(
