@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 
 import xxhash
 
+from compressors import jsontext
+from compressors.calls import MIN_ARGUMENTS_CHARS, cut_call
 from compressors.focus import task_terms
 from compressors.markers import ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, ToolOutput
@@ -63,7 +65,7 @@ class CompressionSettings:
     min_saving_tokens: int = 100
     min_saving_ratio: float = 0.25
     # Chosen by replaying the public corpus (see README, "What compression costs and saves").
-    level_ratios: tuple[float, ...] = (0.11, 0.08, 0.05)
+    level_ratios: tuple[float, ...] = (0.2, 0.12, 0.08)
     file_view_share: float = 2.0  # file views get this multiple of the ratio
     level_floor_chars: tuple[int, ...] = (500, 400, 300)
     pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
@@ -74,6 +76,7 @@ class CompressionSettings:
     max_work_chars: int = 80_000  # output text compressed per request; the rest next request
     arrival_kinds: frozenset[str] = frozenset({"listing", "shell"})
     strip_reasoning: bool = True
+    cut_old_calls: bool = True  # long strings in earlier turns' tool-call arguments
     drop_system_reminders: bool = True
 
     def recent_window(self, level: int) -> int:
@@ -134,6 +137,7 @@ class CompressionResult:
 
 
 MARKER_START = "[deep-memory: "
+CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 MIN_REMINDER_CHARS = 400
@@ -259,6 +263,8 @@ def compress(
 
     if live_start > head_end:
         stripped = _strip_old_turns(conversation, head_end, live_start, settings, result)
+        if settings.cut_old_calls:
+            stripped = _cut_old_calls(conversation, head_end, live_start, memo, result) or stripped
         if stripped and result.event is None and new_turn:
             memo.events += 1
             result.event = "turn"
@@ -480,6 +486,50 @@ def _strip_old_turns(
     stripped = result.changed
     result.changed = changed_before or stripped
     return stripped
+
+
+def _cut_old_calls(
+    conversation: Conversation,
+    head_end: int,
+    live_start: int,
+    memo: SessionMemo,
+    result: CompressionResult,
+) -> bool:
+    """Cut the long strings of tool calls in turns before the live one; decided once per call
+    (when its turn ends, or on sight), so later requests send the same bytes."""
+    changed = False
+    for item in conversation.items:
+        if item.kind is not Kind.TOOL_CALL or item.message >= live_start:
+            continue
+        if item.message <= head_end:
+            continue
+        value = item.value
+        if isinstance(value, str) and len(value) < MIN_ARGUMENTS_CHARS:
+            continue
+        original = item.text
+        if len(original) < MIN_ARGUMENTS_CHARS:
+            continue
+        fp = CALL_PREFIX + xxhash.xxh3_128_hexdigest(
+            utf8(item.tool_name or "") + b"\x00" + utf8(original)
+        )
+        decision = memo.decisions.get(fp)
+        if decision is None:
+            key = ccr_key(original)
+            cut = cut_call(value, original, key)
+            decision = Decision(final=True) if cut is None else Decision(level=1, text=cut)
+            result.counters["calls_cut"] += cut is not None
+            memo.decisions[fp] = result.decisions[fp] = decision
+        if decision.text is None:
+            continue
+        result.originals[ccr_key(original)] = original
+        # The arguments keep their wire shape: JSON text, or an object (Anthropic ``input``).
+        item.holder[item.key] = (
+            decision.text if isinstance(value, str) else jsontext.loads(utf8(decision.text))[0]
+        )
+        changed = True
+    if changed:
+        result.changed = True
+    return changed
 
 
 def _drop_reminders(item: Item, result: CompressionResult) -> None:

@@ -52,6 +52,14 @@ def _numbered_count(text: str, pattern: str) -> int:
     return sum(1 for line in text.split("\n") if re.match(pattern, line))
 
 
+def _assert_names_visible(compressed: str, source: list[str]) -> None:
+    """Every class and method the source declares is named in the compressed view: on a kept
+    line, or in the names of the gap that stands for its line."""
+    declared = re.findall(r"(?:class|def) (\w+)", "\n".join(source))
+    assert declared
+    assert [name for name in declared if name not in compressed] == []
+
+
 def _check_gaps(original: list[str], compressed: str, numbered: str) -> None:
     """Kept file lines plus the gap counts account for every file line, in order."""
     kept = _numbered_count(compressed, numbered)
@@ -75,11 +83,8 @@ def test_opencode_read_keeps_wrapper_structure_and_line_numbers() -> None:
     assert len(out) < len(text)
     for wrapper in lines[:3] + lines[-2:]:
         assert wrapper in out.split("\n")
-    assert '1: """Billing models for the payments service."""' in out
-    assert "7: DEFAULT_CURRENCY = 'EUR'" in out
-    for c in range(6):
-        assert f"class Invoice{c}Model:" in out
-    assert "    @property" in out
+    _assert_names_visible(out, source)
+    assert "DEFAULT_CURRENCY" in out
     assert f"{len(source)}:     print('done')" in out  # the tail
     _check_gaps(lines, out, r"\d+: ")
     total = len(source)
@@ -103,7 +108,7 @@ def test_swe_agent_open_keeps_header_counts_and_trailer() -> None:
     out = result.text.split("\n")
     assert out[:2] == lines[:2]
     assert out[-5:] == lines[-5:]
-    assert any(re.match(r"\d+:\s+def compute_total_", line) for line in out)
+    _assert_names_visible(result.text, window)
     _check_gaps(lines, result.text, r"\d+:")
 
 
@@ -126,8 +131,7 @@ def test_str_replace_editor_view_of_a_file() -> None:
     name, result = _run(text, "str_replace_editor", arguments)
     assert name == "file_read"
     assert result.text.startswith("\n".join(lines[:2]))
-    assert "     1\t" + source[0] in result.text
-    assert "\tclass Invoice0Model:" in result.text
+    _assert_names_visible(result.text, source)
     _check_gaps(lines, result.text, r"\s*\d+\t")
 
 
@@ -147,8 +151,7 @@ def test_claude_code_read_arrow_format() -> None:
     text = "\n".join(lines)
     name, result = _run(text, "Read", {"file_path": "/repo/models.py"})
     assert name == "file_read"
-    assert "     1→" + source[0] in result.text
-    assert "→class Invoice3Model:" in result.text
+    _assert_names_visible(result.text, source)
     _check_gaps(lines, result.text, r"\s*\d+→")
 
 
@@ -168,8 +171,7 @@ def test_plain_cat_of_a_source_file_keeps_structure_without_inventing_numbers() 
     name, result = _run(text, "bash", {"command": "cat billing/models.py"})
     assert name == "file_read"
     out = result.text.split("\n")
-    assert out[0] == source[0]
-    assert "class Invoice5Model:" in out
+    _assert_names_visible(result.text, source)
     kept = [line for line in out if not GAP.match(line)]
     gaps = sum(int(m.group(1)) for m in map(GAP.match, out) if m)
     assert len(kept) + gaps == len(source)
@@ -192,8 +194,8 @@ def test_level_two_is_smaller_and_keeps_declarations() -> None:
     _, first = _run(text, "read")
     _, second = _run(text, "read", level=2)
     assert len(second.text) < len(first.text)
-    assert "class Invoice0Model:" in second.text
-    assert "class Invoice11Model:" in second.text
+    assert "Invoice0Model" in second.text
+    assert "Invoice11Model" in second.text
 
 
 def test_budget_is_roughly_respected() -> None:
@@ -212,6 +214,9 @@ def test_long_lines_are_cut_with_the_cut_shown() -> None:
     result = file_read.compress(ToolOutput(text, "read"), Budget(4000))
     assert result is not None
     assert len(result.text) < 6000
+    assert "Invoice0Model" in result.text
+    result = file_read.compress(ToolOutput(text, "read"), Budget(40_000))  # room for the line
+    assert result is not None
     assert re.search(r"\tclass Invoice0Model:  # x+ \[… \d+ characters omitted …\]", result.text)
 
 
