@@ -201,8 +201,8 @@ def test_a_compressed_read_view_shows_the_numbers_that_expand_takes():
     compressed = compress_output(output, Budget(len(READ_OUTPUT) // 4, 1))
     assert compressed is not None and compressed[0] == "file_read"
     assert compressed[1].omitted.endswith("(start_line/end_line: the line numbers shown)")
-    shown = [line for line in compressed[1].text.split("\n") if line[:4] == "2769"]
-    assert shown == ["2769: \t\tawait store.initialize(); // T039 restart-restore"]
+    shown = [line for line in compressed[1].text.split("\n") if line[:4].isdigit()]
+    assert shown and set(shown) <= set(READ_OUTPUT.split("\n"))  # each with its own number
 
 
 async def test_http_expand_ranges_use_the_numbers_shown_in_a_read_view(proxy, client):

@@ -208,8 +208,8 @@ async def _post(client: aiohttp.ClientSession, url: str, messages: list, session
 
 async def _traffic(proxy, upstream, client) -> int:
     """A session whose tool outputs get compressed, one failed request, one expand."""
-    messages = session_messages(6)
-    steps = [4, 6, 8, 10, 12, 14]  # request k: the conversation up to step k
+    messages = session_messages(14)
+    steps = list(range(4, 31, 2))  # request k: the conversation up to step k
     for size in steps:
         assert await _post(client, proxy.url, messages[:size], SESSION) == 200
 

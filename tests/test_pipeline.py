@@ -6,6 +6,7 @@ import copy
 import json
 
 import orjson
+import pytest
 
 from compressors.markers import marker_keys
 from compressors.pipeline import CompressionSettings, SessionMemo, compress
@@ -13,6 +14,7 @@ from compressors.view import Dialect, parse_conversation
 from memory.ccr import OriginalStore
 from memory.db import open_database
 from memory.memo import MemoStore
+from proxy.replay_wire import DIALECTS, paired_calls, request_body, to_chat
 from tests.conftest import CAPTURES
 
 SETTINGS = CompressionSettings(arrival_kinds=frozenset())  # arrival has its own test
@@ -396,3 +398,67 @@ def test_huge_logs_and_listings_are_compressed_on_arrival_file_reads_are_not():
     sent = body["messages"]
     assert sent[5]["content"].startswith("[deep-memory: ")
     assert sent[7] == messages[7]  # a file read is shown in full on the step that asked for it
+
+
+def _written_file_session() -> list[dict]:
+    """Two user turns; in each the agent writes a long file, then reports."""
+    body = "\n".join(f"def handler_{n}(request):\n    return respond({n})" for n in range(60))
+    messages: list[dict] = [{"role": "system", "content": "You are a coding agent."}]
+    for turn in range(2):
+        path = f"/repo/handlers_{turn}.py"
+        arguments = json.dumps({"file_path": path, "content": f"# turn {turn}\n{body}"})
+        messages += [
+            {"role": "user", "content": f"write handlers file {turn}"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"w{turn}",
+                        "type": "function",
+                        "function": {"name": "Write", "arguments": arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"w{turn}", "content": f"Wrote {path}"},
+            {"role": "assistant", "content": f"Done with turn {turn}."},
+        ]
+    return messages[:-1]  # the request before the agent's last reply
+
+
+@pytest.mark.parametrize("dialect", ["chat", "anthropic", "responses"])
+def test_old_turns_calls_are_cut_live_turn_calls_are_byte_identical(dialect: str) -> None:
+    messages = _written_file_session()
+    wire = DIALECTS[dialect]
+    original = request_body(dialect, messages, [])
+    memo = SessionMemo()
+    conversation = parse_conversation(wire, copy.deepcopy(original))
+    outcome = compress(conversation, memo, SETTINGS)
+    sent = conversation.body
+    assert outcome.counters["calls_cut"] == 1
+    old, live = (to_chat(dialect, sent)[i] for i in (2, 6))
+    assert live == to_chat(dialect, original)[6]  # the live turn's call, byte for byte
+    old_arguments = old["tool_calls"][0]["function"]["arguments"]
+    cut = old_arguments if isinstance(old_arguments, dict) else json.loads(old_arguments)
+    assert cut["file_path"] == "/repo/handlers_0.py"
+    assert cut["content"].startswith("# turn 0\ndef handler_0(request):")
+    keys = marker_keys(cut["content"])
+    assert len(keys) == 1
+    stored = outcome.originals[keys[0]]
+    first_call = to_chat(dialect, original)[2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(stored) == (
+        first_call if isinstance(first_call, dict) else json.loads(first_call)
+    )
+    assert paired_calls(dialect, sent) == paired_calls(dialect, original)
+    # the next request sends the same bytes for the old call, from the memo
+    again = parse_conversation(wire, copy.deepcopy(original))
+    compress(again, memo, SETTINGS)
+    assert orjson.dumps(again.body) == orjson.dumps(sent)
+
+
+def test_cutting_old_calls_can_be_turned_off() -> None:
+    messages = _written_file_session()
+    settings = CompressionSettings(cut_old_calls=False)
+    body, outcome = run(messages, SessionMemo(), settings)
+    assert outcome.counters["calls_cut"] == 0
+    assert body["messages"] == messages
