@@ -314,3 +314,23 @@ def test_handled_by_tells_what_became_of_an_output() -> None:
     assert handled_by(pointer, output, memo, settings) == "dedup"
     forged = marker("400 lines omitted", key) + "\nsomething no compressor wrote"
     assert handled_by(forged, output, memo, settings) == "unattributed"
+
+
+def test_digests_are_stable_and_a_changed_request_is_named(
+    transcript: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import replay_digests
+
+    recorded = tmp_path / "digests.json"
+    assert replay_digests.main([str(transcript), "--out", str(recorded)]) == 0
+    digests = orjson.loads(recorded.read_bytes())
+    assert set(digests) == {"chat", "anthropic", "responses"}
+    assert all(len(set(d["nightly"])) == len(d["nightly"]) > 2 for d in digests.values())
+    assert replay_digests.main([str(transcript), "--compare", str(recorded)]) == 0
+    assert "identical" in capsys.readouterr().out
+
+    digests["anthropic"]["nightly"][2] = "0" * 24
+    recorded.write_bytes(orjson.dumps(digests))
+    assert replay_digests.main([str(transcript), "--compare", str(recorded)]) == 1
+    out = capsys.readouterr().out
+    assert "anthropic nightly: 1 of" in out and "first at request 2" in out

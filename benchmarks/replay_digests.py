@@ -1,0 +1,98 @@
+"""What the pipeline forwards, as one digest per request: proof that a refactor changed nothing.
+
+    python -m benchmarks.replay_digests DIR --out digests.json
+    python -m benchmarks.replay_digests DIR --compare digests.json
+
+Every transcript of DIR is replayed in each wire format (chat, anthropic, responses) the way
+``deepmem replay`` does it: request k is ``messages[:k]``, one session per transcript, through
+the same rewrite hook and stores. The digest of a request is the key scheme's hash of the exact
+bytes forwarded upstream. ``--compare`` replays again and lists every request whose digest
+differs from the recorded one (exit status 1 when any does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from compressors.markers import ccr_key
+from proxy.config import Settings
+from proxy.pipeline import rewrite_request
+from proxy.replay import load_transcript, transcript_files
+from proxy.replay_wire import DIALECTS, request_body
+from proxy.stages import build_transforms, open_stores
+
+Digests = dict[str, dict[str, list[str]]]  # dialect -> transcript -> digest per request
+
+
+def transcript_digests(path: Path, dialect: str, settings: Settings) -> list[str]:
+    data = load_transcript(path)
+    messages = data["messages"]
+    tools = data.get("tools") or []
+    transforms = build_transforms(settings, open_stores(settings, in_memory=True))
+    headers = {"x-session-id": f"replay-{path.stem}"}
+    digests: list[str] = []
+    for k, message in enumerate(messages):
+        if message.get("role") != "assistant" or k == 0:
+            continue
+        raw = orjson.dumps(request_body(dialect, messages[:k], tools))
+        forwarded = rewrite_request(raw, DIALECTS[dialect], headers, transforms).body
+        digests.append(ccr_key(forwarded.decode("utf-8", "surrogatepass")))
+    return digests
+
+
+def corpus_digests(target: Path, settings: Settings) -> Digests:
+    paths = transcript_files(target)
+    return {
+        dialect: {path.stem: transcript_digests(path, dialect, settings) for path in paths}
+        for dialect in DIALECTS
+    }
+
+
+def differences(recorded: Digests, current: Digests) -> list[str]:
+    """One line per transcript whose requests differ (or that only one side has)."""
+    found: list[str] = []
+    for dialect in sorted(set(recorded) | set(current)):
+        before, after = recorded.get(dialect, {}), current.get(dialect, {})
+        for name in sorted(set(before) | set(after)):
+            old, new = before.get(name), after.get(name)
+            if old is None or new is None:
+                found.append(f"{dialect} {name}: only in the {'new' if old is None else 'old'} run")
+            elif old != new:
+                changed = [k for k, (a, b) in enumerate(zip(old, new, strict=False)) if a != b]
+                if len(old) != len(new):
+                    changed.append(min(len(old), len(new)))
+                found.append(
+                    f"{dialect} {name}: {len(changed)} of {len(old)} requests differ, "
+                    f"first at request {changed[0]}"
+                )
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("target", type=Path, help="a transcript or a directory of them")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--out", type=Path, help="write the digests to this file")
+    action.add_argument("--compare", type=Path, help="compare with digests written before")
+    args = parser.parse_args(argv)
+    current = corpus_digests(args.target, Settings())
+    requests = sum(len(d) for by_name in current.values() for d in by_name.values())
+    if args.out is not None:
+        args.out.write_bytes(orjson.dumps(current, option=orjson.OPT_INDENT_2))
+        print(f"{requests} request digests written to {args.out}")
+        return 0
+    found = differences(orjson.loads(args.compare.read_bytes()), current)
+    for line in found:
+        print(line)
+    transcripts = len(next(iter(current.values()), {}))
+    verdict = "differ" if found else "identical"
+    print(f"{requests} requests, {transcripts} transcripts, {len(current)} dialects: {verdict}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
