@@ -468,9 +468,9 @@ def _strip_old_turns(
             if item.kind is Kind.REASONING:
                 dropped.append(item)
             elif item.kind is Kind.TEXT and isinstance(item.value, str) and "<think" in item.value:
-                stripped = THINK_BLOCK.sub("", item.value)
-                if stripped != item.value:
-                    item.set_text(stripped)
+                without = THINK_BLOCK.sub("", item.value)
+                if without != item.value:
+                    item.set_text(without)
                     result.counters["reasoning_dropped"] += 1
                     result.changed = True
         elif (

@@ -392,12 +392,14 @@ def _steps(conversation: Conversation) -> list[_Step]:
             if item.call_id:
                 by_id[item.call_id] = step
         elif item.kind is Kind.TOOL_RESULT:
-            step = by_id.get(item.call_id or "")
-            if step is None:
-                step = next((s for s in steps if not s.answered), None)
-            if step is not None:
-                step.result = f"{step.result}\n{item.text}" if step.answered else item.text
-                step.answered = True
+            answered = by_id.get(item.call_id or "")
+            if answered is None:
+                answered = next((s for s in steps if not s.answered), None)
+            if answered is not None:
+                answered.result = (
+                    f"{answered.result}\n{item.text}" if answered.answered else item.text
+                )
+                answered.answered = True
     return steps
 
 

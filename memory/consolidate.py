@@ -130,12 +130,12 @@ def consolidate(
             result.skipped.append(Skipped(candidate, reason))
             continue
         if dry_run:
-            reason = _duplicate_reason(candidate, existing, store.threshold)
-            if reason is None:
+            duplicate = _duplicate_reason(candidate, existing, store.threshold)
+            if duplicate is None:
                 result.added.append(candidate)
                 existing.append(Entry(candidate.section, candidate.text))
             else:
-                result.skipped.append(Skipped(candidate, reason))
+                result.skipped.append(Skipped(candidate, duplicate))
             continue
         stored = store.store(candidate.section, candidate.text, today)
         if stored.stored:

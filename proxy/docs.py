@@ -26,8 +26,13 @@ def render(text: str) -> str:
         pattern = _section(name)
         if not pattern.search(text):
             raise ValueError(f"README has no generated:{name} section")
-        text = pattern.sub(lambda m, g=generate: m.group(1) + g() + m.group(3), text)
+        text = pattern.sub(_filled_with(generate()), text)
     return text
+
+
+def _filled_with(generated: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that keeps a section's markers and puts ``generated`` between them."""
+    return lambda match: match.group(1) + generated + match.group(3)
 
 
 def main() -> int:

@@ -309,7 +309,7 @@ def _parse(text: str) -> FileView | None:
     numbered = [m for m in matches if m and m.group(2)[0] == style]
     if len(numbered) < MIN_FILE_LINES:
         return None
-    is_file_line = [bool(m) and m.group(2)[0] == style for m in matches]
+    is_file_line = [m is not None and m.group(2)[0] == style for m in matches]
     first = is_file_line.index(True)
     last = len(lines) - 1 - is_file_line[::-1].index(True)
     # Inside the run of file lines nearly every line carries a number…

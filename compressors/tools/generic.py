@@ -98,8 +98,8 @@ def _compress_lines(
     features = list(map(facts.features.__getitem__, units.firsts))
     unit_of = dict(zip(units.firsts, range(len(units.firsts)), strict=True))
     errors = [unit_of[line] for line in facts.errors if line in unit_of]
-    focus = [(unit_of[line], hits) for line, hits in facts.focus.items() if line in unit_of]
-    scores = score_lines(shown, features, errors, focus)
+    focus_hits = [(unit_of[line], hits) for line, hits in facts.focus.items() if line in unit_of]
+    scores = score_lines(shown, features, errors, focus_hits)
     for index in units.repeats:
         scores[index] = 0.0
     kept, names = choose_with_names(shown, scores, max_chars)

@@ -37,11 +37,14 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from compressors.focus import name_parts
 from compressors.lines import with_gaps
 from compressors.markers import gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
+
+_T = TypeVar("_T")
 
 MIN_ENTRIES = 12
 MIN_SAVING = 0.2
@@ -237,7 +240,7 @@ def _is_name_line(line: str) -> bool:
     return all(_NAME.match(name) for name in _COLUMN_GAP.split(text) if name)
 
 
-def _sample(body: Sequence[str]) -> Sequence[str]:
+def _sample(body: Sequence[_T]) -> Sequence[_T]:
     """Enough lines to tell a shape: the first and last hundred."""
     return body if len(body) <= 200 else [*body[:100], *body[-100:]]
 
