@@ -25,7 +25,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from memory.archive import write_checkpoint
 from memory.catalog import MemoryCatalog
 from memory.checkpoint import Checkpoint

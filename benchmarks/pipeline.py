@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from compressors.pipeline import CompressionSettings, SessionMemo, compress  # noqa: E402
 from compressors.tokens import TokenCounter  # noqa: E402
-from compressors.view import Dialect, parse_conversation  # noqa: E402
+from compressors.view import Dialect  # noqa: E402
+from compressors.wire import parse_conversation  # noqa: E402
 from proxy.config import load_settings  # noqa: E402
 from proxy.pipeline import rewrite_request  # noqa: E402
 from proxy.stages import build_transforms, open_stores  # noqa: E402

@@ -49,7 +49,7 @@ from compressors.registry import (
     is_subagent_report,
 )
 from compressors.tokens import estimate_tokens
-from compressors.view import Conversation, Dialect, Item, Kind, Role
+from compressors.view import Conversation, Item, Kind, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,27 +552,7 @@ def _drop_reasoning(
     conversation: Conversation, dropped: list[Item], result: CompressionResult
 ) -> None:
     """Remove reasoning whole: the field, the thinking block, or the Responses item."""
-    body = conversation.body
-    removed: set[int] = set()
-    for item in dropped:
-        holder = item.holder
-        if conversation.dialect is Dialect.OPENAI_CHAT:
-            holder.pop(item.key, None)
-        elif conversation.dialect is Dialect.ANTHROPIC:
-            content = body["messages"][item.message].get("content")
-            if isinstance(content, list) and any(b is not holder for b in content):
-                content[:] = [block for block in content if block is not holder]
-            else:
-                continue
-        else:
-            continue  # Responses reasoning items are removed below, one entry per item
-        removed.add(id(item))
-        result.counters["reasoning_dropped"] += 1
+    count = conversation.drop_reasoning(dropped)
+    if count:
+        result.counters["reasoning_dropped"] += count
         result.changed = True
-    # The view must keep describing the body: later stages append by message index.
-    conversation.items[:] = [item for item in conversation.items if id(item) not in removed]
-    if conversation.dialect is Dialect.OPENAI_RESPONSES:
-        count = conversation.drop_entries({item.message for item in dropped})
-        if count:
-            result.counters["reasoning_dropped"] += count
-            result.changed = True

@@ -24,7 +24,8 @@ import orjson
 
 from compressors import jsontext
 from compressors.tokens import estimate_tokens
-from compressors.view import Conversation, Dialect, Kind, Role, parse_conversation
+from compressors.view import Conversation, Dialect, Kind, Role
+from compressors.wire import parse_conversation
 from memory.signals import SIGNAL_PATTERNS
 from memory.store import normalize
 
@@ -263,12 +264,7 @@ def transcript_messages(text: str) -> list[dict[str, Any]]:
 
 
 def _message_count(conversation: Conversation) -> int:
-    body = conversation.body
-    key = "input" if conversation.dialect is Dialect.OPENAI_RESPONSES else "messages"
-    messages = body.get(key)
-    if isinstance(messages, list):
-        return len(messages)
-    return 1 if isinstance(messages, str) else 0
+    return conversation.wire.message_count(conversation.body)
 
 
 # -- intents

@@ -16,6 +16,7 @@ from yarl import URL
 
 from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
+from compressors.wire import chat_dialect, error_body, error_style
 from memory.project import PROJECT_HEADER
 from memory.state import StateUnavailable
 from proxy import __version__
@@ -24,7 +25,6 @@ from proxy.compaction import REPORT as COMPACTION_REPORT
 from proxy.compression import REPORT
 from proxy.config import Settings, Upstream, upstream_hint
 from proxy.dashboard import page_response, wants_page
-from proxy.dialects import chat_dialect, error_body, error_style
 from proxy.expand import expand
 from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers, redact_text

@@ -29,7 +29,8 @@ from cachetools import LRUCache
 
 from compressors.pipeline import CompressionSettings
 from compressors.transcript import CLOSE, compress_transcript
-from compressors.view import Conversation, Dialect, Kind, Role, parse_conversation
+from compressors.view import Conversation, Dialect, Kind, Role
+from compressors.wire import parse_conversation
 from memory.archive import archive_paths, write_checkpoint
 from memory.catalog import MemoryCatalog
 from memory.ccr import OriginalStore
@@ -136,16 +137,7 @@ class HistoryCache:
 
 def history_messages(conversation: Conversation) -> list[Any]:
     """The wire messages of a request, with a top-level system prompt as a first message."""
-    body = conversation.body
-    if conversation.dialect is Dialect.OPENAI_CHAT:
-        return list(body.get("messages") or [])
-    if conversation.dialect is Dialect.ANTHROPIC:
-        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
-        return system + list(body.get("messages") or [])
-    entries = body.get("input")
-    messages = entries if isinstance(entries, list) else [{"role": "user", "content": entries}]
-    instructions = body.get("instructions")
-    return ([{"role": "system", "content": instructions}] if instructions else []) + messages
+    return conversation.wire.history_messages(conversation.body)
 
 
 @dataclass

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import xxhash
 
@@ -77,17 +76,6 @@ def message_anchors(users: list[tuple[int, str]]) -> list[str]:
         seen[digest] = copy + 1
         anchors.append(f"{digest}#{copy}")
     return anchors
-
-
-def _tool_names(body: dict[str, Any]) -> list[str]:
-    names = []
-    for tool in body.get("tools") or ():
-        if isinstance(tool, dict):
-            function = tool.get("function")
-            holder = function if isinstance(function, dict) else tool
-            if isinstance(holder.get("name"), str):
-                names.append(holder["name"])
-    return names
 
 
 def _previous_turn_texts(conversation: Conversation, users: list[tuple[int, str]]) -> list[str]:
@@ -276,7 +264,12 @@ class MemoryStage:
         users: list[tuple[int, str]],
     ) -> list[tuple[str, str]]:
         tool = next(
-            (n for n in _tool_names(conversation.body) if n.endswith(MEMORY_STORE_TOOL)), None
+            (
+                n
+                for n in conversation.wire.tool_names(conversation.body)
+                if n.endswith(MEMORY_STORE_TOOL)
+            ),
+            None,
         )
         if tool is None:
             return []

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from compressors import jsontext
-from compressors.view import Conversation, Dialect, UnrecognisedBody, parse_conversation
+from compressors.view import Conversation, Dialect, UnrecognisedBody
+from compressors.wire import parse_conversation
 from memory.state import StateUnavailable
 from proxy.sessions import RequestKind, classify, session_id_for
 

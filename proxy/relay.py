@@ -11,8 +11,9 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from compressors.view import Dialect
+from compressors.wire import sse_error_event
 from proxy.config import Settings
-from proxy.dialects import UsageReader, sse_error_event
+from proxy.usage import UsageReader
 
 # RFC 9110 section 7.6.1, plus the headers the proxy sets itself.
 HOP_BY_HOP = frozenset(

@@ -23,7 +23,8 @@ from compressors.outputs import ToolOutput
 from compressors.pipeline import CompressionSettings, SessionMemo
 from compressors.registry import compress_output
 from compressors.tokens import TokenCounter
-from compressors.view import Conversation, Kind, parse_conversation
+from compressors.view import Conversation, Kind
+from compressors.wire import parse_conversation
 from proxy.compression import REPORT, compression_settings
 from proxy.config import Settings
 from proxy.costs import ANTHROPIC, OPENAI, common_prefix_length

@@ -32,9 +32,9 @@ from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_urldispatcher import AbstractResource
 from yarl import URL
 
+from compressors.wire import error_body, error_style
 from proxy.admin import admin_refusal, error_response
 from proxy.config import Settings
-from proxy.dialects import error_body, error_style
 
 
 class Access(enum.Enum):

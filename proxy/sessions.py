@@ -12,8 +12,8 @@ from typing import Any
 import xxhash
 
 from compressors.view import Conversation, Kind, Role
+from compressors.wire import Usage
 from proxy.costs import PrefixTracker, StreamTokens
-from proxy.dialects import Usage
 
 SESSION_HEADER = "x-session-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from compressors.view import Dialect, Kind, Role, parse_conversation
-from proxy.dialects import chat_dialect
+from compressors.view import Dialect, Kind, Role
+from compressors.wire import chat_dialect, parse_conversation
 from proxy.sessions import RequestKind, classify
 from tests.conftest import CAPTURES
 

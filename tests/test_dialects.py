@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from compressors.view import Dialect
-from proxy.dialects import UsageReader, chat_dialect, error_body, error_style
+from compressors.wire import chat_dialect, error_body, error_style
+from proxy.usage import UsageReader
 from tests.fake_upstream import anthropic_stream, chat_stream, json_answer, responses_stream
 
 

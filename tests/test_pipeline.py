@@ -10,7 +10,8 @@ import pytest
 
 from compressors.markers import marker_keys
 from compressors.pipeline import CompressionSettings, SessionMemo, compress
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from memory.ccr import OriginalStore
 from memory.db import open_database
 from memory.memo import MemoStore

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from proxy.projects import ProjectResolver
 
 

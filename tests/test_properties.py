@@ -38,7 +38,8 @@ from compressors.pipeline import (
     compress,
 )
 from compressors.tokens import estimate_tokens
-from compressors.view import Conversation, Dialect, Item, Kind, Role, parse_conversation
+from compressors.view import Conversation, Dialect, Item, Kind, Role
+from compressors.wire import parse_conversation
 from memory.ccr import OriginalStore
 from memory.db import open_database
 from proxy.config import load_settings
@@ -471,7 +472,8 @@ def test_deterministic(
 HASH_SEED_SCRIPT = """
 import hashlib, sys, orjson
 from compressors.pipeline import CompressionSettings, SessionMemo, compress
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 for line in sys.stdin.buffer:
     dialect, body = orjson.loads(line)
     compress(parse_conversation(Dialect(dialect), body), SessionMemo(), CompressionSettings())

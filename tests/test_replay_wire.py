@@ -22,7 +22,8 @@ from compressors.outputs import ToolOutput
 from compressors.pipeline import SessionMemo
 from compressors.registry import COMPRESSORS
 from compressors.tokens import TokenCounter
-from compressors.view import Kind, parse_conversation
+from compressors.view import Kind
+from compressors.wire import parse_conversation
 from proxy.cli import main
 from proxy.compression import compression_settings
 from proxy.config import Settings

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from proxy.sessions import RequestKind, SessionRegistry, classify, session_id_for
 
 

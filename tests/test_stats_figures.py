@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 
 from compressors.tokens import estimate_bytes_tokens
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from proxy.sessions import STATS_EXPLAIN, session_title
 from tests.test_memory_injection import make_project, post, request_points, session
 

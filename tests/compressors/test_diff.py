@@ -11,7 +11,8 @@ from compressors.outputs import Budget, ToolOutput
 from compressors.pipeline import CompressionSettings, SessionMemo, compress
 from compressors.registry import candidates, compress_output
 from compressors.tools.diff import is_diff
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from tests.conftest import CORPUS
 
 

@@ -8,7 +8,8 @@ import json
 import orjson
 import pytest
 
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from tests.conftest import CAPTURES
 
 CAPTURE_FILES = {

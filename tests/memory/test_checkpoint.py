@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from compressors.tokens import estimate_tokens
-from compressors.view import Dialect, parse_conversation
+from compressors.view import Dialect
+from compressors.wire import parse_conversation
 from memory.checkpoint import (
     Checkpoint,
     classify,

@@ -1,0 +1,144 @@
+"""What every wire format provides, and the helpers the three formats share.
+
+A wire format owns everything that differs between the providers' request and response
+shapes: walking a body into the view, appending to the system prompt and to a message,
+dropping reasoning, naming the tools a request offers, the history a checkpoint keeps, error
+bodies and stream error events, and the usage an answer reports. Code outside
+``compressors/wire/`` asks the format; it never branches on the dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage the provider reported, normalised across formats.
+
+    ``input_tokens`` counts the whole prompt, cached parts included.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+
+class WireFormat(Protocol):
+    """One provider's wire format. Each method takes or changes the parsed body in place."""
+
+    dialect: Dialect
+    path_suffix: str  # a POST to a path ending in this is a chat request of this format
+    usage_marker: bytes  # every SSE data line that carries usage contains these bytes
+
+    def walk(self, conversation: Conversation) -> None:
+        """Append the body's items to ``conversation.items`` in wire order; raise
+        ``UnrecognisedBody`` for a body (or a field) of a shape the format does not know."""
+
+    def append_to_system(self, body: JsonObject, text: str) -> bool:
+        """Add ``text`` after the system prompt; False when there is none to extend."""
+
+    def append_to_message(self, body: JsonObject, index: int, text: str) -> bool:
+        """Add ``text`` at the end of wire message ``index``; False when it cannot be done."""
+
+    def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
+        """Remove these reasoning items whole from the body and the view (where the provider
+        allows it); how many were removed."""
+
+    def tool_names(self, body: JsonObject) -> list[str]:
+        """The names of the tools the request offers."""
+
+    def history_messages(self, body: JsonObject) -> list[Any]:
+        """The request's messages, a top-level system prompt first, for a checkpoint."""
+
+    def message_count(self, body: JsonObject) -> int:
+        """How many wire messages (or input items) the request carries."""
+
+    def owns_path(self, subpath: str, headers: Mapping[str, str]) -> bool:
+        """Whether a call that is not a chat request (``/models``, ``count_tokens``) is made
+        to this provider's API, so an error for it takes this format's shape."""
+
+    def error_body(self, message: str, error_type: str, code: str) -> bytes:
+        """An error in the provider's own shape, so the client shows it like any other."""
+
+    def sse_error_event(self, message: str) -> bytes:
+        """A terminal SSE event telling the client its stream broke off upstream."""
+
+    def read_usage(self, usage: Usage, event: JsonObject) -> bool:
+        """Fold one parsed SSE event or JSON answer into ``usage``; True when it had usage."""
+
+
+# --- helpers the formats share ----------------------------------------------------------------
+
+
+def text_parts(
+    out: list[Item], role: Role, kind: Kind, message: int, holder: Any, key: str | int
+) -> None:
+    """Items for a ``content`` that is a string or a list of typed text parts."""
+    if key not in holder:
+        raise UnrecognisedBody(f"{where(message)} has no {key!r}")
+    value = holder[key]
+    if isinstance(value, str):
+        out.append(Item(kind, role, message, holder, key))
+    elif isinstance(value, list):
+        for part in value:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append(Item(kind, role, message, part, "text"))
+    elif value is not None:
+        raise UnrecognisedBody(f"{key!r} of {where(message)} is neither text nor a list of parts")
+
+
+def message_object(index: int, message: object) -> JsonObject:
+    if not isinstance(message, dict):
+        raise UnrecognisedBody(f"message {index} is not an object")
+    return message
+
+
+def where(message: int) -> str:
+    return "the system prompt" if message < 0 else f"message {message}"
+
+
+def append_content(holder: JsonObject, key: str, text: str, part_type: str) -> bool:
+    """Append to a string content, or add a typed text part to a list of parts."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        holder[key] = value + "\n\n" + text if value else text
+        return True
+    if isinstance(value, list):
+        value.append({"type": part_type, "text": text})
+        return True
+    return False
+
+
+def append_to_entry(entries: list[Any], index: int, text: str, part_type: str) -> bool:
+    """Append to the content of message ``index`` of ``entries``."""
+    if not 0 <= index < len(entries) or not isinstance(entries[index], dict):
+        return False
+    return append_content(entries[index], "content", text, part_type)
+
+
+def list_length(messages: object) -> int:
+    """How many messages a ``messages`` or ``input`` field holds (a bare string is one)."""
+    if isinstance(messages, list):
+        return len(messages)
+    return 1 if isinstance(messages, str) else 0
+
+
+def count(value: object) -> int:
+    """A token count from a usage field: an int, anything else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
