@@ -33,9 +33,9 @@ from memory.checkpoint import Checkpoint
 from memory.db import open_database
 from memory.injection_memo import InjectionMemo
 from proxy.config import load_settings
+from proxy.flow import Addon, Flow
 from proxy.memory_stage import build_memory_stage
-from proxy.pipeline import RequestContext
-from proxy.projects import ProjectResolver
+from proxy.projects import IdentifyProject, ProjectResolver
 from proxy.sessions import RequestKind
 
 WORDS = [
@@ -105,7 +105,7 @@ def build_project(root: Path, sessions: int, per_session: int, rng: random.Rando
     return project
 
 
-def first_request_ms(stage, project: Path, session_id: str) -> float:
+def first_request_ms(addons: list[Addon], project: Path, session_id: str) -> float:
     body = {
         "model": "m",
         "messages": [
@@ -114,9 +114,10 @@ def first_request_ms(stage, project: Path, session_id: str) -> float:
         ],
     }
     conversation = parse_conversation(Dialect.OPENAI_CHAT, body)
-    context = RequestContext(Dialect.OPENAI_CHAT, session_id, RequestKind.AGENT)
+    flow = Flow(Dialect.OPENAI_CHAT, session_id, RequestKind.AGENT)
     started = time.perf_counter()
-    stage(conversation, context)
+    for addon in addons:
+        addon.request(conversation, flow)
     return (time.perf_counter() - started) * 1000
 
 
@@ -139,14 +140,12 @@ def main() -> None:
             {"data_dir": str(root / "data"), "allowed_roots": str(root / "home")}, environ={}
         )
 
-        def new_stage():
+        def new_stage() -> list[Addon]:
             catalog = MemoryCatalog(settings.data_dir)
             projects = ProjectResolver(None, settings.allowed_roots)
-            stage = build_memory_stage(
-                settings, catalog, projects, InjectionMemo(open_database(None))
-            )
+            stage = build_memory_stage(settings, catalog, InjectionMemo(open_database(None)))
             assert stage is not None
-            return stage
+            return [IdentifyProject(projects), stage]
 
         cold = first_request_ms(new_stage(), project, "ses_cold")
         stage = new_stage()

@@ -30,9 +30,10 @@ from compressors.pipeline import CompressionSettings, SessionMemo, compress  # n
 from compressors.tokens import TokenCounter  # noqa: E402
 from compressors.view import Dialect  # noqa: E402
 from compressors.wire import parse_conversation  # noqa: E402
+from proxy.addons import build_addons  # noqa: E402
 from proxy.config import load_settings  # noqa: E402
 from proxy.pipeline import rewrite_request  # noqa: E402
-from proxy.stages import build_transforms, open_stores  # noqa: E402
+from proxy.stores import open_stores  # noqa: E402
 
 CORPUS = Path(os.environ.get("DEEPMEM_CORPUS", ROOT.parent / "shared" / "corpus" / "data"))
 TARGET_TOKENS = 100_000
@@ -97,18 +98,18 @@ def main() -> int:
 
         proxy_settings = load_settings({}, environ={})
         stores = open_stores(proxy_settings, in_memory=True)
-        transforms = build_transforms(proxy_settings, stores)
+        addons = build_addons(proxy_settings, stores)
         headers = {"x-session-id": "bench"}
         started = time.perf_counter()
-        rewrite_request(step_back, Dialect.OPENAI_CHAT, headers, transforms)
+        rewrite_request(step_back, Dialect.OPENAI_CHAT, headers, addons)
         full_cold.append((time.perf_counter() - started) * 1000)
         for _ in range(backlog):  # the same backlog, worked off through the hook
-            rewrite_request(step_back, Dialect.OPENAI_CHAT, headers, transforms)
+            rewrite_request(step_back, Dialect.OPENAI_CHAT, headers, addons)
         started = time.perf_counter()
-        rewrite_request(raw, Dialect.OPENAI_CHAT, headers, transforms)
+        rewrite_request(raw, Dialect.OPENAI_CHAT, headers, addons)
         full_next.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
-        rewrite_request(raw, Dialect.OPENAI_CHAT, headers, transforms)
+        rewrite_request(raw, Dialect.OPENAI_CHAT, headers, addons)
         full_warm.append((time.perf_counter() - started) * 1000)
 
     print(

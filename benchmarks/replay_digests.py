@@ -19,11 +19,12 @@ from pathlib import Path
 import orjson
 
 from compressors.markers import ccr_key
+from proxy.addons import build_addons
 from proxy.config import Settings
 from proxy.pipeline import rewrite_request
 from proxy.replay import load_transcript, transcript_files
 from proxy.replay_wire import DIALECTS, request_body
-from proxy.stages import build_transforms, open_stores
+from proxy.stores import open_stores
 
 Digests = dict[str, dict[str, list[str]]]  # dialect -> transcript -> digest per request
 
@@ -32,14 +33,14 @@ def transcript_digests(path: Path, dialect: str, settings: Settings) -> list[str
     data = load_transcript(path)
     messages = data["messages"]
     tools = data.get("tools") or []
-    transforms = build_transforms(settings, open_stores(settings, in_memory=True))
+    addons = build_addons(settings, open_stores(settings, in_memory=True))
     headers = {"x-session-id": f"replay-{path.stem}"}
     digests: list[str] = []
     for k, message in enumerate(messages):
         if message.get("role") != "assistant" or k == 0:
             continue
         raw = orjson.dumps(request_body(dialect, messages[:k], tools))
-        forwarded = rewrite_request(raw, DIALECTS[dialect], headers, transforms).body
+        forwarded = rewrite_request(raw, DIALECTS[dialect], headers, addons).body
         digests.append(ccr_key(forwarded.decode("utf-8", "surrogatepass")))
     return digests
 

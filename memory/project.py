@@ -49,6 +49,9 @@ class Resolution:
         return self.path is None and self.source is not None
 
 
+NO_PROJECT = Resolution(None, None, "no project was identified for this request")
+
+
 def working_directory_from_prompt(system_prompt: str) -> str | None:
     """The path on OpenCode's `Working directory: /path` line, if any."""
     match = _WORKING_DIR.search(system_prompt or "")

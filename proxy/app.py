@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -20,26 +21,24 @@ from compressors.wire import chat_dialect, error_body, error_style
 from memory.project import PROJECT_HEADER
 from memory.state import StateUnavailable
 from proxy import __version__
+from proxy.addons import build_addons
 from proxy.admin import error_response, json_response
-from proxy.compaction import REPORT as COMPACTION_REPORT
-from proxy.compression import REPORT
 from proxy.config import Settings, Upstream, upstream_hint
 from proxy.dashboard import page_response, wants_page
 from proxy.expand import expand
+from proxy.flow import Addon
 from proxy.health import Health
 from proxy.logs import body_for_log, redact_headers, redact_text
 from proxy.malloc import tune_malloc
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
-from proxy.memory_stage import REPORT as MEMORY_REPORT
 from proxy.metrics import Metrics
 from proxy.pipeline import (
     GIL_SWITCH_SECONDS,
     Outcome,
     Rewrite,
     RewriteRunner,
-    Transform,
     rewrite_request,
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
@@ -52,9 +51,10 @@ from proxy.sessions import (
     RequestRecord,
     Session,
     SessionRegistry,
+    Tally,
     session_title,
 )
-from proxy.stages import STATE_DB, Stores, build_transforms, open_durable_stores
+from proxy.stores import STATE_DB, Stores, open_durable_stores
 
 log = logging.getLogger("deepmem.proxy")
 access_log = logging.getLogger("deepmem.access")
@@ -65,7 +65,7 @@ class ProxyState:
     settings: Settings
     stores: Stores
     memory: MemoryService
-    transforms: list[Transform]
+    addons: list[Addon]  # the request path, in order (proxy/addons.py)
     metrics: Metrics = field(default_factory=Metrics)
     health: Health = field(default_factory=Health)
     rewrites: RewriteRunner = field(default_factory=RewriteRunner)
@@ -74,7 +74,7 @@ class ProxyState:
     started_at: float = field(default_factory=time.time)
     housekeeping: asyncio.Task[None] | None = None
     reopening: asyncio.Task[None] | None = None  # retries the state database while it is out
-    own_transforms: bool = True  # built from the settings (not given by a test)
+    own_addons: bool = True  # built from the settings (not given by a test)
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
 
     def __post_init__(self) -> None:
@@ -289,17 +289,30 @@ def _not_found_hint(state: ProxyState, upstream: Upstream) -> str:
 
 
 @dataclass(slots=True)
-class _Prepared:
-    result: Rewrite
-    session: Session | None
-    record: RequestRecord
+class _Outbound:
+    """A request on its way upstream, and what the proxy learned of it on the way."""
+
+    body: Any  # the bytes to send, the client's stream (relayed as it comes), or None
+    headers: CIMultiDict[str]
+    route: str  # the dialect's name, or "relay"
+    session_id: str | None
+    kind: str = "other"
+    outcome: str = "relayed"
+    bytes_in: int = 0  # the statistics compare decoded sizes
+    bytes_out: int = 0
+    session: Session | None = None
+    record: RequestRecord | None = None
+    rewrite: Rewrite | None = None  # chat requests only
+
+    def tallies(self, state: ProxyState) -> list[Tally]:
+        return [state.sessions.totals] + ([self.session.tally] if self.session else [])
 
 
 def _prepare(
     state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
-) -> _Prepared:
+) -> tuple[Rewrite, Session | None, RequestRecord]:
     """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
-    result = rewrite_request(raw, dialect, headers, state.transforms, state.sessions.idle_seconds)
+    result = rewrite_request(raw, dialect, headers, state.addons, state.sessions.idle_seconds)
     session = None
     if result.session_id:
         session = state.sessions.touch(
@@ -308,7 +321,7 @@ def _prepare(
     record = state.sessions.record_request(
         session, result.kind.value, raw, result.body, state.settings.cache_ttl
     )
-    return _Prepared(result, session, record)
+    return result, session, record
 
 
 def _server_timing(overhead: float) -> CIMultiDict[str]:
@@ -316,134 +329,187 @@ def _server_timing(overhead: float) -> CIMultiDict[str]:
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    """Every call under an upstream's prefix: chat requests are read, rewritten by the addons
+    and accounted; anything else is relayed as it comes. Then the upstream's answer streams
+    back (``_forward``)."""
     started = time.perf_counter()
     state = request.app[STATE]
-    settings, metrics = state.settings, state.metrics
-    prefix = request.match_info["prefix"]
-    subpath = "/" + request.match_info["tail"]
+    prefix, subpath = request.match_info["prefix"], "/" + request.match_info["tail"]
     style = error_style(subpath, request.headers)
-    upstream = settings.upstream_for_prefix(prefix)
+    upstream = state.settings.upstream_for_prefix(prefix)
     if upstream is None:
-        known = ", ".join(f"/{u.prefix}/" for u in settings.upstreams)
-        metrics.inc("deepmem_requests_total", route="unknown", status="404")
-        return _error(
-            style,
-            404,
-            f"deepmem: no upstream is served at /{prefix}/ (known: {known})",
-            "not_found_error",
-            "unknown_upstream",
-        )
-
+        known = ", ".join(f"/{u.prefix}/" for u in state.settings.upstreams)
+        state.metrics.inc("deepmem_requests_total", route="unknown", status="404")
+        message = f"deepmem: no upstream is served at /{prefix}/ (known: {known})"
+        return _error(style, 404, message, "not_found_error", "unknown_upstream")
     dialect = chat_dialect(request.method, subpath)
-    route = dialect.value if dialect else "relay"
-    session_id: str | None = request.headers.get(SESSION_HEADER) or None
-    kind = "other"
-    outcome = "relayed"
-    body: object
-    session: Session | None = None
-    record: RequestRecord | None = None
-    if dialect is not None:
-        coding = content_coding(request.headers)
-        try:
-            wire = await request.read()  # as received: the server does not inflate bodies
-            raw = await decoded(wire, coding, settings.max_body_bytes)
-        except UnreadableBody as exc:
-            metrics.inc("deepmem_requests_total", route=route, status="400")
-            return _error(style, 400, f"deepmem: {exc}", "invalid_request_error", "bad_encoding")
-        except web.HTTPRequestEntityTooLarge:
-            metrics.inc("deepmem_requests_total", route=route, status="413")
-            return _error(
-                style,
-                413,
-                f"deepmem: request body exceeds the proxy's limit of {settings.max_body_mb:g} MiB "
-                "(--max-body-mb / DEEP_MEMORY_MAX_BODY_MB)",
-                "request_too_large",
-                "request_too_large",
-            )
-        metrics.inc("deepmem_bytes_in_total", len(wire))
-        if settings.log_bodies:
-            log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
-        prepared = await state.rewrites.run(
-            session_id, _prepare, state, raw, dialect, request.headers, upstream.name
-        )
-        result, session, record = prepared.result, prepared.session, prepared.record
-        reports = result.context.reports if result.context else {}
-        report = reports.get(REPORT)
-        memory_report = reports.get(MEMORY_REPORT)
-        compaction_report = reports.get(COMPACTION_REPORT)
-        forwarded = result.body if result.changed else wire  # unchanged: exactly as received
-        body, session_id, outcome = forwarded, result.session_id, result.outcome
-        kind = result.kind.value
-        if outcome == Outcome.NOT_JSON:
-            metrics.inc("deepmem_non_json_bodies_total", route=route)
-        elif outcome == Outcome.NOT_CHAT:
-            metrics.inc("deepmem_unrecognised_bodies_total", route=route)
-        elif outcome == Outcome.FAILED_OPEN:
-            metrics.inc("deepmem_fail_open_total", route=route)
-            log.warning(
-                "fail-open", extra={"fields": {"session": session_id, "error": result.error}}
-            )
-        bytes_in, bytes_out = len(raw), len(result.body)  # the statistics compare decoded sizes
-        metrics.inc("deepmem_bytes_out_total", len(forwarded))
-        headers = upstream_request_headers(request.headers, keep_content_length=False)
-        if result.changed and coding:
-            del headers["Content-Encoding"]  # a rewritten body goes upstream uncompressed
+    if dialect is None:
+        outbound = _relayed(state, request, upstream)
     else:
-        report = memory_report = compaction_report = None
-        body = request.content if request.body_exists else None
-        bytes_in = bytes_out = request.content_length or 0
-        headers = upstream_request_headers(request.headers, keep_content_length=True)
-        if session_id:
-            session = state.sessions.touch(
-                session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
-            )
-    tallies = [state.sessions.totals] + ([session.tally] if session else [])
-    for tally in tallies:
-        tally.requests += 1
-        tally.bytes_in += bytes_in
-        tally.bytes_out += bytes_out
-        tally.kinds[kind] += 1
-        tally.fail_opens += outcome == Outcome.FAILED_OPEN
-        if report is not None:
-            tally.tool_output_tokens_before += report.tokens_before
-            tally.tool_output_tokens_after += report.tokens_after
-            tally.outputs_compressed += sum(
-                n for name, n in report.counters.items() if name.startswith("compressed:")
-            )
-            tally.compression_events += report.event is not None
-        if memory_report is not None:
-            tally.tokens_injected += memory_report.injected_tokens
-        if memory_report is not None and memory_report.new_turn:
-            tally.memory_turns += 1
-            tally.memory_hits += memory_report.hits
-            tally.memory_nudges += len([n for n in memory_report.nudges if ":" not in n])
-            tally.memory_captures += memory_report.captured
-        if compaction_report is not None:
-            tally.checkpoints += compaction_report.checkpoint is not None
-    if session is not None and memory_report is not None and memory_report.project is not None:
-        session.project = str(memory_report.project)
-    if record is not None:
-        record.tokens_removed = report.tokens_before - report.tokens_after if report else 0
-        record.tokens_injected = memory_report.injected_tokens if memory_report else 0
-    if session is not None and session.title is None and kind == "agent" and result.conversation:
-        session.title = session_title(result.conversation)
-
+        read = await _rewritten(state, request, dialect, style, upstream)
+        if isinstance(read, web.Response):
+            return read
+        outbound = read
+    _account(state, outbound)
     overhead = time.perf_counter() - started
-    metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=route)
+    state.metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=outbound.route)
+    return await _forward(state, request, upstream, outbound, style, started, overhead)
+
+
+def _relayed(state: ProxyState, request: web.Request, upstream: Upstream) -> _Outbound:
+    """A call that is not a chat request: its body streams upstream untouched."""
+    session_id = request.headers.get(SESSION_HEADER) or None
+    size = request.content_length or 0
+    outbound = _Outbound(
+        request.content if request.body_exists else None,
+        upstream_request_headers(request.headers, keep_content_length=True),
+        "relay",
+        session_id,
+        bytes_in=size,
+        bytes_out=size,
+    )
+    if session_id:
+        outbound.session = state.sessions.touch(
+            session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
+        )
+    return outbound
+
+
+async def _rewritten(
+    state: ProxyState, request: web.Request, dialect: Dialect, style: Dialect, upstream: Upstream
+) -> _Outbound | web.Response:
+    """A chat request read whole, decoded and passed through the addons on a worker thread;
+    or the error response when its body cannot be read."""
+    settings, metrics, route = state.settings, state.metrics, dialect.value
+    coding = content_coding(request.headers)
+    try:
+        wire = await request.read()  # as received: the server does not inflate bodies
+        raw = await decoded(wire, coding, settings.max_body_bytes)
+    except UnreadableBody as exc:
+        metrics.inc("deepmem_requests_total", route=route, status="400")
+        return _error(style, 400, f"deepmem: {exc}", "invalid_request_error", "bad_encoding")
+    except web.HTTPRequestEntityTooLarge:
+        metrics.inc("deepmem_requests_total", route=route, status="413")
+        message = (
+            f"deepmem: request body exceeds the proxy's limit of {settings.max_body_mb:g} MiB "
+            "(--max-body-mb / DEEP_MEMORY_MAX_BODY_MB)"
+        )
+        return _error(style, 413, message, "request_too_large", "request_too_large")
+    metrics.inc("deepmem_bytes_in_total", len(wire))
+    if settings.log_bodies:
+        log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
+    result, session, record = await state.rewrites.run(
+        request.headers.get(SESSION_HEADER) or None,
+        _prepare,
+        state,
+        raw,
+        dialect,
+        request.headers,
+        upstream.name,
+    )
+    forwarded = result.body if result.changed else wire  # unchanged: exactly as received
+    metrics.inc("deepmem_bytes_out_total", len(forwarded))
+    if result.outcome == Outcome.NOT_JSON:
+        metrics.inc("deepmem_non_json_bodies_total", route=route)
+    elif result.outcome == Outcome.NOT_CHAT:
+        metrics.inc("deepmem_unrecognised_bodies_total", route=route)
+    elif result.outcome == Outcome.FAILED_OPEN:
+        metrics.inc("deepmem_fail_open_total", route=route)
+        fields = {"session": result.session_id, "error": result.error}
+        log.warning("fail-open", extra={"fields": fields})
+    headers = upstream_request_headers(request.headers, keep_content_length=False)
+    if result.changed and coding:
+        del headers["Content-Encoding"]  # a rewritten body goes upstream uncompressed
+    return _Outbound(
+        forwarded,
+        headers,
+        route,
+        result.session_id,
+        result.kind.value,
+        result.outcome,
+        len(raw),
+        len(result.body),
+        session,
+        record,
+        result,
+    )
+
+
+def _account(state: ProxyState, outbound: _Outbound) -> None:
+    """The request in the statistics: the core's counts, then what each addon reported."""
+    flow = outbound.rewrite.flow if outbound.rewrite else None
+    for tally in outbound.tallies(state):
+        tally.requests += 1
+        tally.bytes_in += outbound.bytes_in
+        tally.bytes_out += outbound.bytes_out
+        tally.kinds[outbound.kind] += 1
+        tally.fail_opens += outbound.outcome == Outcome.FAILED_OPEN
+        if flow is not None:
+            flow.account(tally)
+    session, record = outbound.session, outbound.record
+    if flow is not None and record is not None:
+        own = Tally()
+        flow.account(own)
+        record.tokens_removed = own.tool_output_tokens_before - own.tool_output_tokens_after
+        record.tokens_injected = own.tokens_injected
+    if session is None:
+        return
+    if flow is not None and flow.project is not None and flow.project.path is not None:
+        session.project = str(flow.project.path)
+    conversation = outbound.rewrite.conversation if outbound.rewrite else None
+    if session.title is None and outbound.kind == "agent" and conversation is not None:
+        session.title = session_title(conversation)
+
+
+async def _forward(
+    state: ProxyState,
+    request: web.Request,
+    upstream: Upstream,
+    outbound: _Outbound,
+    style: Dialect,
+    started: float,
+    overhead: float,
+) -> web.StreamResponse:
+    """Send the request upstream and relay the answer as it streams; a clear error in the
+    provider's shape when the upstream cannot be reached or times out."""
+    metrics, route, record = state.metrics, outbound.route, outbound.record
+    tallies = outbound.tallies(state)
     extra_headers = _server_timing(overhead)
+    headers = outbound.headers
     url = _upstream_url(request, upstream)
     if url.user is not None:
         # The configured user:password goes as Basic auth, in place of the client's header
         # (aiohttp refuses both: ValueError, a 500 on every request).
         headers.popall("Authorization", None)
+
+    def access(status: int, bytes_back: int = 0) -> None:
+        _log_access(
+            request,
+            upstream,
+            route,
+            status,
+            started,
+            outbound.session_id,
+            outbound.kind,
+            outbound.outcome,
+            bytes_back,
+        )
+
     status = 0
-    relay: RelayResult | None = None
     streaming = False
+
+    def on_prepared() -> None:
+        nonlocal streaming
+        streaming = True
+        metrics.gauge_add("deepmem_active_streams", 1)
+        for tally in tallies:
+            tally.streams += 1
+
     try:
         async with state.pool.session(upstream.name).request(
             request.method,
             url,
-            data=body,
+            data=outbound.body,
             headers=headers,
             allow_redirects=False,
             compress=None,
@@ -451,16 +517,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             status = upstream_response.status
             if record is not None:
                 record.status = status
-            if status == 404 and dialect is not None:
+            if status == 404 and route != "relay":
                 extra_headers[HINT_HEADER] = _not_found_hint(state, upstream)
-
-            def on_prepared() -> None:
-                nonlocal streaming
-                streaming = True
-                metrics.gauge_add("deepmem_active_streams", 1)
-                for tally in tallies:
-                    tally.streams += 1
-
             try:
                 response, relay = await relay_response(
                     request, upstream_response, style, extra_headers, on_prepared
@@ -468,17 +526,13 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             finally:
                 if streaming:
                     metrics.gauge_add("deepmem_active_streams", -1)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionResetError) as exc:
         metrics.inc("deepmem_client_disconnects_total", route=route)
         if record is not None:
             record.status = status or 499
-        _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
-        raise
-    except ConnectionResetError:
-        metrics.inc("deepmem_client_disconnects_total", route=route)
-        if record is not None:
-            record.status = status or 499
-        _log_access(request, upstream, route, status or 499, started, session_id, kind, outcome)
+        access(status or 499)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
         return web.Response(status=499)  # nobody reads it; raising would log a traceback
     except (TimeoutError, aiohttp.ClientError) as exc:
         timed_out = isinstance(exc, asyncio.TimeoutError)
@@ -492,17 +546,22 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             record.status = code
         detail = redact_text(str(exc) or type(exc).__name__)
         log.warning("upstream %s %s: %s", upstream.name, reason, detail)
-        _log_access(request, upstream, route, code, started, session_id, kind, outcome)
-        response = _error(
-            style,
-            code,
-            f"deepmem: upstream '{upstream.name}' ({upstream.public_url}) {reason}: {detail}",
-            "upstream_timeout" if timed_out else "upstream_unreachable",
-            "upstream_timeout" if timed_out else "upstream_unreachable",
-        )
+        access(code)
+        problem = "upstream_timeout" if timed_out else "upstream_unreachable"
+        message = f"deepmem: upstream '{upstream.name}' ({upstream.public_url}) {reason}: {detail}"
+        response = _error(style, code, message, problem, problem)
         response.headers.extend(extra_headers)
         return response
+    _count_answer(state, outbound, upstream, status, relay)
+    access(status, relay.bytes_sent)
+    return response
 
+
+def _count_answer(
+    state: ProxyState, outbound: _Outbound, upstream: Upstream, status: int, relay: RelayResult
+) -> None:
+    """The answer in the metrics and statistics: status, disconnects, breaks, usage."""
+    metrics, route, tallies = state.metrics, outbound.route, outbound.tallies(state)
     metrics.inc("deepmem_requests_total", route=route, status=str(status))
     if status >= 400:
         for tally in tallies:
@@ -518,12 +577,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     if usage is not None:
         for tally in tallies:
             tally.add_usage(usage)
-        if session is not None:
-            session.last_usage, session.last_usage_at = usage, time.time()
-    _log_access(
-        request, upstream, route, status, started, session_id, kind, outcome, relay.bytes_sent
-    )
-    return response
+        if outbound.session is not None:
+            outbound.session.last_usage, outbound.session.last_usage_at = usage, time.time()
 
 
 def _log_access(
@@ -645,10 +700,8 @@ async def _reopen_state(state: ProxyState) -> None:
         await asyncio.sleep(STATE_RETRY_SECONDS)
         stores = await asyncio.to_thread(open_durable_stores, state.settings, state.health)
         if stores.unavailable is None:
-            if state.own_transforms:
-                state.transforms = build_transforms(
-                    state.settings, stores, state.memory, state.health
-                )
+            if state.own_addons:
+                state.addons = build_addons(state.settings, stores, state.memory, state.health)
             state.stores = stores
             state.health.clear(STATE_DB)
             state.health.check_writable_dir("data_dir", state.settings.data_dir)
@@ -662,8 +715,8 @@ async def _stop(app: web.Application) -> None:
     await app[STATE].pool.close()
 
 
-def create_app(settings: Settings, transforms: list[Transform] | None = None) -> web.Application:
-    """The proxy; ``transforms`` replaces the configured compression stage (tests use it)."""
+def create_app(settings: Settings, addons: list[Addon] | None = None) -> web.Application:
+    """The proxy; ``addons`` replaces the request path the settings make (tests use it)."""
     # Request bodies are not inflated by the server: relayed ones go upstream as received
     # (proxy/request_body.py decodes for the chat routes and the proxy's own endpoints).
     app = web.Application(
@@ -672,12 +725,10 @@ def create_app(settings: Settings, transforms: list[Transform] | None = None) ->
     health = Health()
     stores = open_durable_stores(settings, health)  # without one, every request is relayed
     memory = memory_service(settings)
-    own_transforms = transforms is None
-    if transforms is None:
-        transforms = build_transforms(settings, stores, memory, health)
-    state = ProxyState(
-        settings, stores, memory, transforms, health=health, own_transforms=own_transforms
-    )
+    own_addons = addons is None
+    if addons is None:
+        addons = build_addons(settings, stores, memory, health)
+    state = ProxyState(settings, stores, memory, addons, health=health, own_addons=own_addons)
     app[STATE] = state
     index = app.router.add_get("/", index_handler)
     health_route = app.router.add_get("/health", health_handler)

@@ -37,18 +37,16 @@ from memory.ccr import OriginalStore
 from memory.checkpoint import Checkpoint, extract, extract_transcript
 from memory.files import LockTimeout
 from memory.injection import wrap
-from memory.project import PROJECT_HEADER
+from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
 from proxy.compression import STATE_WRITES
 from proxy.config import Settings
+from proxy.flow import Flow
 from proxy.health import Health
-from proxy.pipeline import RequestContext
-from proxy.projects import ProjectResolver
-from proxy.sessions import RequestKind
+from proxy.sessions import RequestKind, Tally
 
 log = logging.getLogger("deepmem.compaction")
 
-REPORT = "compaction"
 
 COVERAGE = (
     "(1) the task overview, (2) progress so far, (3) key decisions and why, (4) constraints "
@@ -100,6 +98,9 @@ class CompactionReport:
     outputs_compressed: int = 0
     prompt: str = "off"
 
+    def account(self, tally: Tally) -> None:
+        tally.checkpoints += self.checkpoint is not None
+
 
 HISTORY_BYTES = 64 * 1024 * 1024
 
@@ -144,35 +145,30 @@ def history_messages(conversation: Conversation) -> list[Any]:
 class CompactionStage:
     settings: Settings
     catalog: MemoryCatalog
-    projects: ProjectResolver
     originals: OriginalStore
     compression: CompressionSettings
     health: Health | None = None
     histories: HistoryCache = field(default_factory=HistoryCache)
 
-    def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
-        header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
-        if context.kind is RequestKind.AGENT:
-            self.histories.remember(context.session_id, context.dialect, context.raw)
-            self.projects.for_request(header, conversation, context.session_id)
+    def request(self, conversation: Conversation, flow: Flow) -> bool:
+        if flow.kind is RequestKind.AGENT:
+            self.histories.remember(flow.session_id, flow.dialect, flow.raw)
             return False
-        if context.kind is not RequestKind.COMPACTION:
+        if flow.kind is not RequestKind.COMPACTION:
             return False
-        resolution = self.projects.for_request(
-            header, conversation, context.session_id, agent=False
-        )
+        resolution = flow.project or NO_PROJECT
         project = resolution.path
         memory = self.catalog.get(project)
         memory_dir = memory.memory_dir or memory.global_dir
         now = datetime.now(UTC)
-        history, source, checkpoint = self._history(conversation, context.session_id, now)
+        history, source, checkpoint = self._history(conversation, flow.session_id, now)
         report = CompactionReport(project, memory_dir, len(history), source)
-        context.reports[REPORT] = report
+        flow.reports.append(report)
         if resolution.refused:
             # A project outside the allowed roots: its history is not kept, not even globally.
             report.write_error = resolution.reason
         elif self.settings.checkpoints:
-            self._write(memory_dir, context.session_id, now, history, checkpoint, report)
+            self._write(memory_dir, flow.session_id, now, history, checkpoint, report)
         changed = False
         if self.settings.compaction_compress:
             changed = self._compress(conversation, report)
@@ -186,7 +182,7 @@ class CompactionStage:
             report.prompt = mode
         log.info(
             "compaction of session %s: %s",
-            context.session_id,
+            flow.session_id,
             f"checkpoint {report.checkpoint}" if report.checkpoint else "no checkpoint written",
             extra={
                 "fields": {

@@ -1,4 +1,4 @@
-"""The compression stage of the request path: memo in, compress, originals and memo out."""
+"""The compression addon of the request path: memo in, compress, originals and memo out."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from memory.ccr import OriginalStore
 from memory.memo import MemoStore
 from memory.state import StateUnavailable
 from proxy.config import Settings
+from proxy.flow import Flow
 from proxy.health import Health
-from proxy.pipeline import RequestContext
-from proxy.sessions import RequestKind
+from proxy.sessions import RequestKind, Tally
 
-REPORT = "compression"
 STATE_WRITES = "state_db_writes"  # the /health component for failed originals and memo writes
 SKIPPED_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 
@@ -31,9 +30,23 @@ def compression_settings(settings: Settings) -> CompressionSettings:
     )
 
 
+@dataclass(slots=True)
+class CompressionReport:
+    result: CompressionResult
+
+    def account(self, tally: Tally) -> None:
+        result = self.result
+        tally.tool_output_tokens_before += result.tokens_before
+        tally.tool_output_tokens_after += result.tokens_after
+        tally.outputs_compressed += sum(
+            n for name, n in result.counters.items() if name.startswith("compressed:")
+        )
+        tally.compression_events += result.event is not None
+
+
 @dataclass
 class CompressionStage:
-    """A transform: compresses agent requests, keeps originals in CCR, persists decisions."""
+    """An addon: compresses agent requests, keeps originals in CCR, persists decisions."""
 
     settings: CompressionSettings
     memos: MemoStore
@@ -41,26 +54,26 @@ class CompressionStage:
     cache_ttl: float = 300.0
     health: Health | None = None
 
-    def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
-        if context.kind in SKIPPED_KINDS:
+    def request(self, conversation: Conversation, flow: Flow) -> bool:
+        if flow.kind in SKIPPED_KINDS:
             return False
         try:
-            memo = self.memos.load(context.session_id)
-            cold = context.idle_seconds is not None and context.idle_seconds > self.cache_ttl
+            memo = self.memos.load(flow.session_id)
+            cold = flow.idle_seconds is not None and flow.idle_seconds > self.cache_ttl
             result: CompressionResult = compress(conversation, memo, self.settings, cache_cold=cold)
             # Originals first: a marker may go upstream only once its original is committed.
             if result.originals:
                 self.originals.put_many(result.originals)
             if result.decisions or result.event:
-                self.memos.save(context.session_id, memo, result.decisions)
+                self.memos.save(flow.session_id, memo, result.decisions)
         except Exception as exc:
             # The hook forwards the original bytes. The live memo may hold decisions whose
             # originals or rows were not kept: forget it, the next load reads what was saved.
-            self.memos.forget_live(context.session_id)
+            self.memos.forget_live(flow.session_id)
             if isinstance(exc, StateUnavailable) and self.health is not None:
                 self.health.report(STATE_WRITES, str(exc))
             raise
         if self.health is not None:
             self.health.clear(STATE_WRITES)
-        context.reports[REPORT] = result
+        flow.reports.append(CompressionReport(result))
         return result.changed

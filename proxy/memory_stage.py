@@ -31,19 +31,17 @@ from memory.checkpoint import Checkpoint, essentials
 from memory.files import LockTimeout, read_text
 from memory.injection import Line, defang, recall_block, stable_block, wrap
 from memory.injection_memo import Injected, InjectionMemo, SessionInjections
-from memory.project import PROJECT_HEADER
+from memory.project import NO_PROJECT
 from memory.signals import capture, nudge_reasons
 from memory.state import StateUnavailable
 from memory.store import MemoryStoreError
 from proxy.config import Settings
+from proxy.flow import Flow
 from proxy.health import Health
-from proxy.pipeline import RequestContext
-from proxy.projects import ProjectResolver
-from proxy.sessions import PARENT_SESSION_HEADER, RequestKind
+from proxy.sessions import PARENT_SESSION_HEADER, RequestKind, Tally
 
 log = logging.getLogger("deepmem.memory")
 
-REPORT = "memory"
 INJECTION_STATE = "state_db_injections"  # the /health component for the injection memo
 RESUME_OWN = "This conversation was compacted; deepmem saved a checkpoint first. Its essentials:"
 RESUME_OTHER = (
@@ -61,9 +59,18 @@ class MemoryReport:
     new_turn: bool = False
     hits: int = 0
     captured: bool = False
-    nudges: tuple[str, ...] = ()
+    nudges: tuple[str, ...] = ()  # the kinds of reminder given with a new user message
+    resumed: str = ""  # the tag of the checkpoint the new user message resumes, if any
     notes: list[str] = field(default_factory=list)
     injected_tokens: int = 0  # estimated tokens this request carries because of memory blocks
+
+    def account(self, tally: Tally) -> None:
+        tally.tokens_injected += self.injected_tokens
+        if self.new_turn:
+            tally.memory_turns += 1
+            tally.memory_hits += self.hits
+            tally.memory_nudges += len(self.nudges)
+            tally.memory_captures += self.captured
 
 
 def message_anchors(users: list[tuple[int, str]]) -> list[str]:
@@ -94,17 +101,16 @@ def _previous_turn_texts(conversation: Conversation, users: list[tuple[int, str]
 
 @dataclass
 class MemoryStage:
-    """A transform: remembers, recalls and reminds; every decision memoised per session."""
+    """An addon: remembers, recalls and reminds; every decision memoised per session."""
 
     settings: Settings
     catalog: MemoryCatalog
     memo: InjectionMemo
-    projects: ProjectResolver
     health: Health | None = None
 
-    def __call__(self, conversation: Conversation, context: RequestContext) -> bool:
+    def request(self, conversation: Conversation, flow: Flow) -> bool:
         try:
-            changed = self._inject(conversation, context)
+            changed = self._inject(conversation, flow)
         except StateUnavailable as exc:  # the hook forwards the original bytes
             if self.health is not None:
                 self.health.report(INJECTION_STATE, str(exc))
@@ -113,21 +119,20 @@ class MemoryStage:
             self.health.clear(INJECTION_STATE)
         return changed
 
-    def _inject(self, conversation: Conversation, context: RequestContext) -> bool:
-        if context.kind is not RequestKind.AGENT:
+    def _inject(self, conversation: Conversation, flow: Flow) -> bool:
+        if flow.kind is not RequestKind.AGENT:
             return False
-        header = context.headers.get(PROJECT_HEADER) if context.headers is not None else None
-        resolution = self.projects.for_request(header, conversation, context.session_id)
+        resolution = flow.project or NO_PROJECT
         report = MemoryReport(resolution.path, resolution.reason)
-        context.reports[REPORT] = report
+        flow.reports.append(report)
         if resolution.path is None and log.isEnabledFor(logging.DEBUG):
-            log.debug("session %s: no project memory (%s)", context.session_id, resolution.reason)
+            log.debug("session %s: no project memory (%s)", flow.session_id, resolution.reason)
         if resolution.refused:
             # A directory outside the allowed roots: its messages are neither captured (not
             # even into the global memory) nor answered with memory of other projects.
             return False
         memory = self.catalog.get(resolution.path)
-        memo = self.memo.load(context.session_id)
+        memo = self.memo.load(flow.session_id)
         changed = False
         if self.settings.memory_inject:
             if memo.stable is None:
@@ -135,7 +140,7 @@ class MemoryStage:
                     self._read(memory.stable_lines) if self.settings.memory_stable_tokens else []
                 )
                 self.memo.set_stable(
-                    context.session_id, stable_block(lines, self.settings.memory_stable_tokens)
+                    flow.session_id, stable_block(lines, self.settings.memory_stable_tokens)
                 )
             if memo.stable:
                 changed = conversation.append_to_system(memo.stable)
@@ -147,23 +152,21 @@ class MemoryStage:
         fresh = [k for k, anchor in enumerate(anchors) if anchor not in memo.by_anchor]
         resume = ("", "", False)
         if fresh and self.settings.resume and self.settings.resume_tokens:
-            resume = self._resume(memory, memo, context)
+            resume = self._resume(memory, memo, flow)
         if resume[2] and fresh[0] != len(anchors) - 1:
             # After a compaction OpenCode restarts the history with "What did we do so far?"
             # and the summary; the checkpoint goes with that first message not seen before,
             # which may not be the newest (a compaction in mid tool loop continues the turn).
             self.memo.add(
-                context.session_id, anchors[fresh[0]], Injected(resume[0], memo.turns, (resume[1],))
+                flow.session_id, anchors[fresh[0]], Injected(resume[0], memo.turns, (resume[1],))
             )
             resume = ("", "", False)
         if anchors[-1] not in memo.by_anchor:
             report.new_turn = True
-            self._new_turn(
-                conversation, context, memory, memo, users, anchors[-1], report, resume[:2]
-            )
+            self._new_turn(conversation, flow, memory, memo, users, anchors[-1], report, resume[:2])
         for k in fresh:  # older messages seen for the first time: nothing to add, look once
             if anchors[k] not in memo.by_anchor:
-                self.memo.add(context.session_id, anchors[k], Injected("", memo.turns))
+                self.memo.add(flow.session_id, anchors[k], Injected("", memo.turns))
         for (index, _), anchor in zip(users, anchors, strict=True):
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""
@@ -175,7 +178,7 @@ class MemoryStage:
     def _new_turn(
         self,
         conversation: Conversation,
-        context: RequestContext,
+        flow: Flow,
         memory: ProjectMemory,
         memo: SessionInjections,
         users: list[tuple[int, str]],
@@ -192,17 +195,19 @@ class MemoryStage:
             stable = memo.stable or ""
             found = self._read(lambda: memory.recall(text, MAX_HITS))
             lines = [line for line in found if line.render() not in stable]
-        nudges = self._nudges(conversation, context, memo, users) if settings.memory_nudges else []
+        nudges = self._nudges(conversation, flow, memo, users) if settings.memory_nudges else []
         block = recall_block(lines, budget, [text for _, text in nudges])
         report.hits = len(lines) if block else 0
         report.nudges = tuple(kind for kind, _ in nudges)
         resume_block, resume_tag = resume
+        tags = report.nudges
         if resume_block:
             block = resume_block + "\n\n" + block if block else resume_block
-            report.nudges += (resume_tag,)
-        self.memo.add(context.session_id, anchor, Injected(block, memo.turns, report.nudges))
+            report.resumed = resume_tag
+            tags += (resume_tag,)
+        self.memo.add(flow.session_id, anchor, Injected(block, memo.turns, tags))
         if settings.memory_captures:
-            report.captured = self._capture(memory, context.session_id, text, report)
+            report.captured = self._capture(memory, flow.session_id, text, report)
 
     def _read(self, read: Callable[[], list[Line]]) -> list[Line]:
         """Lines from the memory files; none when they cannot be read (reported, not raised)."""
@@ -218,7 +223,7 @@ class MemoryStage:
         return lines
 
     def _resume(
-        self, memory: ProjectMemory, memo: SessionInjections, context: RequestContext
+        self, memory: ProjectMemory, memo: SessionInjections, flow: Flow
     ) -> tuple[str, str, bool]:
         """The resume block, its memo tag and whether it is the session's own checkpoint;
         ("", "", False) when there is nothing to resume.
@@ -227,8 +232,8 @@ class MemoryStage:
         message, the newest checkpoint of any other session of the project (not for a
         subagent: its parent already has the context, and its task is narrow).
         """
-        session_id = context.session_id
-        subagent = context.headers is not None and bool(context.headers.get(PARENT_SESSION_HEADER))
+        session_id = flow.session_id
+        subagent = flow.headers is not None and bool(flow.headers.get(PARENT_SESSION_HEADER))
         memory_dir = memory.memory_dir or memory.global_dir
         used = {
             tag for i in memo.by_anchor.values() for tag in i.nudges if tag.startswith("resume:")
@@ -259,7 +264,7 @@ class MemoryStage:
     def _nudges(
         self,
         conversation: Conversation,
-        context: RequestContext,
+        flow: Flow,
         memo: SessionInjections,
         users: list[tuple[int, str]],
     ) -> list[tuple[str, str]]:
@@ -295,7 +300,7 @@ class MemoryStage:
                 )
         threshold = self.settings.pressure_nudge_tokens
         if threshold and cooled("pressure"):
-            size = _request_tokens(conversation, context)
+            size = _request_tokens(conversation, flow)
             if size >= threshold:
                 nudges.append(
                     (
@@ -329,22 +334,21 @@ class MemoryStage:
         return added
 
 
-def _request_tokens(conversation: Conversation, context: RequestContext) -> int:
+def _request_tokens(conversation: Conversation, flow: Flow) -> int:
     """The request's size as the client sent it (DESIGN.md section 7 counts the serialized
     request), estimated at C speed."""
-    if context.raw:
-        return estimate_bytes_tokens(context.raw)
+    if flow.raw:
+        return estimate_bytes_tokens(flow.raw)
     return sum(estimate_tokens(item.text) for item in conversation.items)
 
 
 def build_memory_stage(
     settings: Settings,
     catalog: MemoryCatalog,
-    projects: ProjectResolver,
     memo: InjectionMemo,
     health: Health | None = None,
 ) -> MemoryStage | None:
-    """The stage, or None when injection, captures and nudges are all switched off."""
+    """The addon, or None when injection, captures and nudges are all switched off."""
     if not (settings.memory_inject or settings.memory_captures or settings.memory_nudges):
         return None
-    return MemoryStage(settings, catalog, memo, projects, health)
+    return MemoryStage(settings, catalog, memo, health)

@@ -1,9 +1,9 @@
-"""The request-rewrite hook: parse once, identify and classify, run the transforms, fail open.
+"""The request-rewrite hook: parse once, identify and classify, run the addons, fail open.
 
-Transforms are callables (``proxy.compression.build_transforms`` makes the list); each receives
-the parsed view and the request context and returns True when it changed the body. When none
-did, the exact bytes the client sent are forwarded; when one raises, they are forwarded too and
-the failure is counted.
+The addons (``proxy.addons.build_addons`` makes the list) each get the parsed view and the
+request's ``Flow`` and return True when they changed the body. When none did, the exact bytes
+the client sent are forwarded; when one raises, they are forwarded too and the failure is
+counted.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from compressors import jsontext
 from compressors.view import Conversation, Dialect, UnrecognisedBody
 from compressors.wire import parse_conversation
 from memory.state import StateUnavailable
+from proxy.flow import Addon, Flow
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
@@ -41,18 +42,6 @@ def _exact_bytes(data: bytes) -> bytes:
     return bytes(memoryview(data))
 
 
-@dataclass(slots=True)
-class RequestContext:
-    dialect: Dialect
-    session_id: str
-    kind: RequestKind
-    idle_seconds: float | None = None  # since the session's previous request, when known
-    headers: Any = None  # the client's request headers
-    raw: bytes = b""  # the body exactly as the client sent it
-    reports: dict[str, Any] = field(default_factory=dict)  # what each transform did
-
-
-Transform = Callable[[Conversation, RequestContext], bool]
 IdleLookup = Callable[[str], float | None]
 
 
@@ -72,7 +61,7 @@ class Rewrite:
     kind: RequestKind
     conversation: Conversation | None = None
     error: str | None = None
-    context: RequestContext | None = None
+    flow: Flow | None = None  # None when the body was not parsed
 
     @property
     def changed(self) -> bool:
@@ -83,7 +72,7 @@ def rewrite_request(
     raw: bytes,
     dialect: Dialect,
     headers: Any,
-    transforms: Sequence[Transform] = (),
+    addons: Sequence[Addon] = (),
     idle_seconds: IdleLookup | None = None,
 ) -> Rewrite:
     """Never raises: every failure path returns the original bytes."""
@@ -102,19 +91,19 @@ def rewrite_request(
             return Rewrite(raw, Outcome.NOT_CHAT, session_id, kind, error=str(exc))
         session_id = session_id_for(headers, conversation)
         kind = classify(conversation)
-        if not transforms:
+        if not addons:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
         idle = idle_seconds(session_id) if idle_seconds is not None else None
-        context = RequestContext(dialect, session_id, kind, idle, headers, raw)
+        flow = Flow(dialect, session_id, kind, idle, headers, raw)
         changed = False
-        for transform in transforms:
-            changed = transform(conversation, context) or changed
+        for addon in addons:
+            changed = addon.request(conversation, flow) or changed
         outcome, out = (
             (Outcome.REWRITTEN, _exact_bytes(jsontext.dumps(body)))
             if changed
             else (Outcome.FORWARDED, raw)
         )
-        return Rewrite(out, outcome, session_id, kind, conversation, context=context)
+        return Rewrite(out, outcome, session_id, kind, conversation, flow=flow)
     except StateUnavailable as exc:  # the stage reported it in /health; no traceback needed
         log.warning("%s; forwarding the original request (session %s)", exc, session_id)
         return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc))

@@ -27,10 +27,13 @@ from cachetools import LRUCache
 from compressors.view import Conversation
 from memory.project import (
     DEFAULT_MEMORY_DIRNAME,
+    PROJECT_HEADER,
     Resolution,
     check_project_dir,
     explain_project_dir,
 )
+from proxy.flow import Flow
+from proxy.sessions import RequestKind
 
 ACTIVE_WINDOW = 600.0
 
@@ -127,3 +130,22 @@ class ProjectResolver:
                 "absolute path of the one you mean"
             )
         return ProjectChoice(None, "none")
+
+
+@dataclass
+class IdentifyProject:
+    """The first addon whenever memory is served: the project of an agent or compaction request,
+    found once, before any other addon reads ``flow.project``."""
+
+    projects: ProjectResolver
+
+    def request(self, conversation: Conversation, flow: Flow) -> bool:
+        if flow.kind not in (RequestKind.AGENT, RequestKind.COMPACTION):
+            return False
+        header = flow.headers.get(PROJECT_HEADER) if flow.headers is not None else None
+        # A compaction request carries the summarizer's prompt, not the agent's: it takes the
+        # project its session last named (see ``for_request``).
+        flow.project = self.projects.for_request(
+            header, conversation, flow.session_id, agent=flow.kind is RequestKind.AGENT
+        )
+        return False

@@ -25,7 +25,8 @@ from compressors.registry import compress_output
 from compressors.tokens import TokenCounter
 from compressors.view import Conversation, Kind
 from compressors.wire import parse_conversation
-from proxy.compression import REPORT, compression_settings
+from proxy.addons import build_addons
+from proxy.compression import CompressionReport, compression_settings
 from proxy.config import Settings
 from proxy.costs import ANTHROPIC, OPENAI, common_prefix_length
 from proxy.pipeline import rewrite_request
@@ -37,7 +38,7 @@ from proxy.replay_wire import (
     text_of,
     tool_calls,
 )
-from proxy.stages import build_transforms, open_stores
+from proxy.stores import open_stores
 
 
 @dataclass
@@ -200,7 +201,7 @@ def replay_transcript(
     tools = data.get("tools") or []
     calls = _source_tools(messages)
     stores = open_stores(settings, in_memory=True)
-    transforms = build_transforms(settings, stores)
+    addons = build_addons(settings, stores)
     wire = DIALECTS[dialect]
     compression = compression_settings(settings)
     report = TranscriptReport(path.stem, dialect)
@@ -220,10 +221,11 @@ def replay_transcript(
         original_body = request_body(dialect, messages[:k], tools)
         raw = orjson.dumps(original_body)
         started = time.perf_counter()
-        rewrite = rewrite_request(raw, wire, headers, transforms)
+        rewrite = rewrite_request(raw, wire, headers, addons)
         elapsed = (time.perf_counter() - started) * 1000
         proxied_body = orjson.loads(rewrite.body)
-        result = rewrite.context.reports.get(REPORT) if rewrite.context else None
+        compressed = rewrite.flow.report(CompressionReport) if rewrite.flow else None
+        result = compressed.result if compressed else None
 
         original_payload = payload(dialect, original_body)
         proxied_payload = payload(dialect, proxied_body)

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from proxy.app import STATE, ProxyState, create_app
 from proxy.config import load_settings
-from proxy.pipeline import Transform
+from proxy.flow import Addon
 from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ async def start_proxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     """Start the proxy with flags as keyword arguments (upstream=[...], read_timeout=...)."""
     runners: list[web.AppRunner] = []
 
-    async def start(transforms: list[Transform] | None = None, **flags: object) -> RunningProxy:
+    async def start(transforms: list[Addon] | None = None, **flags: object) -> RunningProxy:
         flags.setdefault("data_dir", str(tmp_path / "data"))
         settings = load_settings(flags, environ={})
         app = create_app(settings, transforms)

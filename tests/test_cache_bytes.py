@@ -85,7 +85,7 @@ async def test_many_sessions_with_large_bodies_stay_under_the_caps(proxy, client
             assert response.status == 200
             await response.read()
     state = proxy.state
-    [compaction] = [t for t in state.transforms if isinstance(t, CompactionStage)]
+    [compaction] = [t for t in state.addons if isinstance(t, CompactionStage)]
     assert 0 < state.sessions.prefixes.bytes <= MAX_BYTES
     assert 0 < compaction.histories.bytes <= HISTORY_BYTES
     assert state.stores.memos.live_bytes <= state.stores.memos._live.maxsize

@@ -42,10 +42,12 @@ from compressors.view import Conversation, Dialect, Item, Kind, Role
 from compressors.wire import parse_conversation
 from memory.ccr import OriginalStore
 from memory.db import open_database
+from proxy.addons import build_addons
 from proxy.config import load_settings
+from proxy.flow import Addon
 from proxy.memory_api import memory_service
-from proxy.pipeline import Outcome, Rewrite, Transform, rewrite_request
-from proxy.stages import Stores, build_transforms, open_stores
+from proxy.pipeline import Outcome, Rewrite, rewrite_request
+from proxy.stores import Stores, open_stores
 from tests.conftest import ROOT
 from tests.strategies import (
     WORDS,
@@ -596,11 +598,11 @@ def test_cache_safe_across_a_session(
 
 
 @pytest.fixture(scope="module")
-def transforms() -> Iterator[list[Transform]]:
+def transforms() -> Iterator[list[Addon]]:
     with tempfile.TemporaryDirectory() as data_dir:
         proxy_settings = load_settings({"data_dir": data_dir}, environ={})
         stores: Stores = open_stores(proxy_settings, in_memory=True)
-        yield build_transforms(proxy_settings, stores)
+        yield build_addons(proxy_settings, stores)
 
 
 def check_rewrite(raw: bytes, dialect: Dialect, rewrite: Rewrite) -> None:
@@ -624,7 +626,7 @@ def check_rewrite(raw: bytes, dialect: Dialect, rewrite: Rewrite) -> None:
     }
 
 
-def hook(raw: bytes, dialect: Dialect, transforms: list[Transform], session: str) -> Rewrite:
+def hook(raw: bytes, dialect: Dialect, transforms: list[Addon], session: str) -> Rewrite:
     rewrite = rewrite_request(raw, dialect, {"x-session-id": session}, transforms)
     check_rewrite(raw, dialect, rewrite)
     return rewrite
@@ -688,7 +690,7 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[Dialect, bytes]:
 @settings(PROPERTY, max_examples=60)
 @given(hostile_bodies())
 def test_proxy_hook_fails_open_on_mutated_bodies(
-    transforms: list[Transform], case: tuple[Dialect, bytes]
+    transforms: list[Addon], case: tuple[Dialect, bytes]
 ) -> None:
     """Property 7: mutated bodies (wrong types anywhere, big integers, invalid UTF-8, escaped
     lone surrogates, truncation) through the real stage: the hook never raises and returns
@@ -787,12 +789,12 @@ EXTREME: list[tuple[str, Dialect, bytes]] = [
 
 @pytest.mark.parametrize(("dialect", "raw"), [c[1:] for c in EXTREME], ids=[c[0] for c in EXTREME])
 def test_proxy_hook_fails_open_on_extreme_bodies(
-    transforms: list[Transform], dialect: Dialect, raw: bytes
+    transforms: list[Addon], dialect: Dialect, raw: bytes
 ) -> None:
     hook(raw, dialect, transforms, "extreme")
 
 
-def test_ten_megabyte_output_is_compressed_not_failed(transforms: list[Transform]) -> None:
+def test_ten_megabyte_output_is_compressed_not_failed(transforms: list[Addon]) -> None:
     rewrite = hook(dumps(chat_body(TEN_MB_LINE)), Dialect.OPENAI_CHAT, transforms, "big")
     assert rewrite.outcome == Outcome.REWRITTEN
     assert len(rewrite.body) < 1_000_000
@@ -818,7 +820,7 @@ def bodies_with_numbers(draw: st.DrawFn) -> tuple[Dialect, bytes]:
     (Dialect.OPENAI_CHAT, json.dumps(chat_body(LOG, metadata={"numbers": [BIG_INT]})).encode())
 )
 def test_rewrite_keeps_untouched_numbers_exact(
-    transforms: list[Transform], case: tuple[Dialect, bytes]
+    transforms: list[Addon], case: tuple[Dialect, bytes]
 ) -> None:
     dialect, raw = case
     rewrite = hook(raw, dialect, transforms, "numbers")
@@ -838,7 +840,7 @@ MEMORY_MD = (
 
 
 @pytest.fixture(scope="module")
-def memory_hook() -> Iterator[tuple[list[Transform], str]]:
+def memory_hook() -> Iterator[tuple[list[Addon], str]]:
     with tempfile.TemporaryDirectory() as root:
         project = os.path.join(root, "project")
         os.makedirs(os.path.join(project, ".deep-memory"))
@@ -848,15 +850,15 @@ def memory_hook() -> Iterator[tuple[list[Transform], str]]:
             {"data_dir": os.path.join(root, "data"), "allowed_roots": root}, environ={}
         )
         stores = open_stores(proxy_settings, in_memory=True)
-        yield build_transforms(proxy_settings, stores, memory_service(proxy_settings)), project
+        yield build_addons(proxy_settings, stores, memory_service(proxy_settings)), project
 
 
 @PROPERTY
 @given(session=sessions())
 def test_injection_is_appended_once_and_resent_byte_for_byte(
     session: Session,
-    memory_hook: tuple[list[Transform], str],
-    transforms: list[Transform],
+    memory_hook: tuple[list[Addon], str],
+    transforms: list[Addon],
 ) -> None:
     """Invariant 6 for memory. The same requests go through the compression-only hook and the
     full one (its own stores, same session): the full one's system prompt and user messages

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
+from tests.addons import Hook
 from tests.fake_upstream import (
     anthropic_stream,
     chat_stream,
@@ -433,7 +434,7 @@ async def test_transform_failure_forwards_original_bytes(start_proxy, upstream, 
         conversation.items[0].set_text("half-edited")
         raise RuntimeError("bug in a compressor")
 
-    proxy = await start_proxy([broken], upstream=[f"{upstream.url}/v1"])
+    proxy = await start_proxy([Hook(broken)], upstream=[f"{upstream.url}/v1"])
     body = b'{"model":"m", "messages":[{"role":"user","content":"keep me"}],  "stream":false}'
     async with client.post(
         proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_fo"}
@@ -450,7 +451,7 @@ async def test_transform_edit_is_forwarded_with_right_length(start_proxy, upstre
             item.set_text(item.text.upper())
         return True
 
-    proxy = await start_proxy([shout], upstream=[f"{upstream.url}/v1"])
+    proxy = await start_proxy([Hook(shout)], upstream=[f"{upstream.url}/v1"])
     body = b'{"model":"m","messages":[{"role":"user","content":"quiet \\u00e9"}],"stream":false}'
     async with client.post(proxy.url + "/v1/chat/completions", data=body) as response:
         assert response.status == 200

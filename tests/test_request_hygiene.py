@@ -26,9 +26,12 @@ from hypothesis import strategies as st
 from multidict import CIMultiDictProxy
 
 from compressors.view import Conversation, Dialect
+from proxy.addons import build_addons
 from proxy.config import load_settings
-from proxy.pipeline import Outcome, RequestContext, Transform, rewrite_request
-from proxy.stages import build_transforms, open_stores
+from proxy.flow import Addon, Flow
+from proxy.pipeline import Outcome, rewrite_request
+from proxy.stores import open_stores
+from tests.addons import Hook
 from tests.conftest import ProxyFactory, RunningProxy
 from tests.fake_upstream import FakeUpstream
 from tests.strategies import render, sessions
@@ -36,12 +39,15 @@ from tests.strategies import render, sessions
 HEADERS = {"x-session-id": "hygiene"}
 
 
-def mark_first_item(conversation: Conversation, context: RequestContext) -> bool:
+def _mark_first_item(conversation: Conversation, flow: Flow) -> bool:
     """A transform that always changes the body, so the proxy re-serialises it."""
     if not conversation.items:
         return False
     conversation.items[0].set_text("rewritten")
     return True
+
+
+mark_first_item = Hook(_mark_first_item)
 
 
 # --- item 17: integers outside 64 bits keep their exact text -------------------------------
@@ -104,10 +110,10 @@ def deepmem_records() -> Iterator[list[logging.LogRecord]]:
 
 
 @pytest.fixture(scope="module")
-def real_transforms() -> Iterator[list[Transform]]:
+def real_transforms() -> Iterator[list[Addon]]:
     with tempfile.TemporaryDirectory() as data_dir:
         proxy_settings = load_settings({"data_dir": data_dir}, environ={})
-        yield build_transforms(proxy_settings, open_stores(proxy_settings, in_memory=True))
+        yield build_addons(proxy_settings, open_stores(proxy_settings, in_memory=True))
 
 
 def _chat(*messages: object, **extra: object) -> dict[str, Any]:
@@ -133,7 +139,7 @@ WRONG_SHAPES: list[tuple[Dialect, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("dialect", "body"), WRONG_SHAPES)
 def test_body_of_a_shape_deepmem_does_not_read_is_relayed_without_an_error_log(
-    real_transforms: list[Transform], dialect: Dialect, body: dict[str, Any]
+    real_transforms: list[Addon], dialect: Dialect, body: dict[str, Any]
 ) -> None:
     """Were fail-opens logged at ERROR with a traceback (KeyError, TypeError in the view)."""
     raw = json.dumps(body).encode()
@@ -189,7 +195,7 @@ def wrong_shaped_bodies(draw: st.DrawFn) -> tuple[Dialect, bytes]:
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(wrong_shaped_bodies())
 def test_wrong_shaped_bodies_never_fail_open_nor_log_errors(
-    real_transforms: list[Transform], case: tuple[Dialect, bytes]
+    real_transforms: list[Addon], case: tuple[Dialect, bytes]
 ) -> None:
     dialect, raw = case
     with deepmem_records() as records:
@@ -398,7 +404,7 @@ async def test_compressed_body_inflating_beyond_the_limit_is_a_413(
 
 
 def test_tool_call_arguments_with_a_huge_integer_are_read_not_failed_open(
-    real_transforms: list[Transform],
+    real_transforms: list[Addon],
 ) -> None:
     """Was a fail-open with an ERROR traceback: orjson cannot serialise the exactly-parsed
     integer when the view renders the arguments object as text."""

@@ -1,22 +1,17 @@
-"""What runs on the request path, in order, and the state database it keeps."""
+"""The state database the request path keeps: originals, compression memos, injection memos."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
 from memory.injection_memo import InjectionMemo
 from memory.memo import MemoStore
 from memory.state import StateUnavailable
-from proxy.compaction import CompactionStage
-from proxy.compression import CompressionStage, compression_settings
 from proxy.config import Settings
 from proxy.health import Health
-from proxy.memory_api import MemoryService
-from proxy.memory_stage import build_memory_stage
-from proxy.pipeline import Transform
 
 STATE_DB = "state_db"  # the /health component: the state database cannot be opened
 
@@ -74,55 +69,3 @@ def open_durable_stores(settings: Settings, health: Health) -> Stores:
         db = open_database(None)  # the captures' per-session memo, lost at a restart
         return Stores(NoOriginals(reason), MemoStore(db), InjectionMemo(db), reason)
     return stores
-
-
-def build_transforms(
-    settings: Settings,
-    stores: Stores,
-    memory: MemoryService | None = None,
-    health: Health | None = None,
-) -> list[Transform]:
-    """Compaction, compression, then memory (compaction and memory are left out when
-    ``memory`` is None, as in replay)."""
-    transforms: list[Transform] = []
-    if not settings.compress or stores.unavailable is not None:
-        # A pure relay: nothing in a request changes; captures and checkpoints still happen.
-        settings = replace(
-            settings,
-            compress=False,
-            memory_inject=False,
-            memory_nudges=False,
-            resume=False,
-            compaction_compress=False,
-            compaction_prompt="off",
-        )
-    if memory is not None and (
-        settings.checkpoints or settings.compaction_compress or settings.compaction_prompt != "off"
-    ):
-        transforms.append(
-            CompactionStage(
-                settings,
-                memory.catalog,
-                memory.projects,
-                stores.originals,
-                compression_settings(settings),
-                health,
-            )
-        )
-    if settings.compress:
-        transforms.append(
-            CompressionStage(
-                compression_settings(settings),
-                stores.memos,
-                stores.originals,
-                settings.cache_ttl,
-                health,
-            )
-        )
-    if memory is not None:
-        stage = build_memory_stage(
-            settings, memory.catalog, memory.projects, stores.injections, health
-        )
-        if stage is not None:
-            transforms.append(stage)
-    return transforms

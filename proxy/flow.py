@@ -1,0 +1,56 @@
+"""One chat request as the request path sees it, and the two protocols of that path.
+
+A ``Flow`` carries what a request knows, from its arrival to its answer: the dialect, the
+session and request kind (identified once, before any addon runs), the project (identified by
+the first addon when there is memory to serve), the body exactly as received, and what each
+addon did. Addons (``proxy/addons.py`` lists them, in order) have one hook, ``request``; what
+they did goes into the flow as a ``Report``, and a report has one method, ``account``, which
+adds its figures to a statistics tally. Nobody unpacks another addon's report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from compressors.view import Conversation, Dialect
+from memory.project import Resolution
+from proxy.sessions import RequestKind, Tally
+
+R = TypeVar("R")
+
+
+class Report(Protocol):
+    """What an addon did to one request."""
+
+    def account(self, tally: Tally) -> None:
+        """Add this request's figures to ``tally`` (a session's, the totals, or the
+        request's own)."""
+
+
+@dataclass(slots=True)
+class Flow:
+    dialect: Dialect
+    session_id: str
+    kind: RequestKind
+    idle_seconds: float | None = None  # since the session's previous request, when known
+    headers: Any = None  # the client's request headers
+    raw: bytes = b""  # the body exactly as the client sent it
+    project: Resolution | None = None  # None: nobody identified one (no memory is served)
+    reports: list[Report] = field(default_factory=list)  # what the addons did, in order
+
+    def report(self, kind: type[R]) -> R | None:
+        """The first report of this type, if an addon made one."""
+        return next((found for found in self.reports if isinstance(found, kind)), None)
+
+    def account(self, tally: Tally) -> None:
+        for report in self.reports:
+            report.account(tally)
+
+
+class Addon(Protocol):
+    """A stage of the request path."""
+
+    def request(self, conversation: Conversation, flow: Flow) -> bool:
+        """Read or change the parsed request in place; True when the body changed. What it
+        did goes into ``flow.reports``. Raising makes the proxy forward the original bytes."""
