@@ -114,6 +114,7 @@ class SessionMemo:
     events: int = 0
     focus: tuple[int, frozenset[str]] | None = None  # (hash of the task, its terms); derived
     sent_as: dict[str, str] = field(default_factory=dict)  # marker key -> content; derived
+    version: int = 0  # the saves of this session its state store had made when it was read
 
     def content_of_marker(self, key: str) -> str | None:
         """Which output a marker this session sent stands for (a client may echo it back)."""

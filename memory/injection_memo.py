@@ -94,16 +94,16 @@ class InjectionMemo:
 
     def set_stable(self, session_id: str, text: str) -> None:
         with exclusive(self.db):
-            self._insert(session_id, SYSTEM_ANCHOR, Injected(text, -1))
+            stored = self._insert(session_id, SYSTEM_ANCHOR, Injected(text, -1))
             memo = self.load(session_id)
-            memo.stable = text
+            memo.stable = stored.text
             self._keep(session_id, memo)
 
     def add(self, session_id: str, anchor: str, injected: Injected) -> None:
         with exclusive(self.db):
-            self._insert(session_id, anchor, injected)
+            stored = self._insert(session_id, anchor, injected)
             memo = self.load(session_id)
-            memo.by_anchor[anchor] = injected
+            memo.by_anchor[anchor] = stored
             self._keep(session_id, memo)
 
     def _keep(self, session_id: str, memo: SessionInjections) -> None:
@@ -117,11 +117,12 @@ class InjectionMemo:
     def live_bytes(self) -> int:
         return int(self._live.currsize)
 
-    def _insert(self, session_id: str, anchor: str, injected: Injected) -> None:
-        # OR IGNORE: a second proxy process that decided first wins, and so does its text
-        # on the next load; the row is never rewritten.
+    def _insert(self, session_id: str, anchor: str, injected: Injected) -> Injected:
+        """Write the row unless one exists, and return what the row holds: a second process
+        that decided first wins, here at once and on every later load; a row is never
+        rewritten."""
         with state_errors("cannot write the state database"):
-            self.db.execute(
+            inserted = self.db.execute(
                 "INSERT OR IGNORE INTO injection VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
@@ -132,6 +133,16 @@ class InjectionMemo:
                     time.time(),
                 ),
             )
+            if inserted.rowcount:
+                return injected
+            row = self.db.execute(
+                "SELECT turn, nudges, text FROM injection WHERE session = ? AND anchor = ?",
+                (session_id, anchor),
+            ).fetchone()
+        if row is None:  # pruned meanwhile: what this process decided is all there is
+            return injected
+        turn, nudges, text = row
+        return Injected(text, turn, tuple(filter(None, nudges.split(","))))
 
     def forget_live(self, session_id: str) -> None:
         with exclusive(self.db):

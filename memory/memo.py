@@ -10,6 +10,7 @@ from cachetools import LRUCache
 
 from compressors.pipeline import Decision, SessionMemo
 from memory.db import exclusive, state_errors, write_transaction
+from memory.state import StateConflict
 
 LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
 
@@ -28,7 +29,8 @@ CREATE TABLE IF NOT EXISTS memo_session (
     thresholds_crossed INTEGER NOT NULL,
     turn TEXT,
     events INTEGER NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS memo_session_updated ON memo_session (updated);
 CREATE TABLE IF NOT EXISTS memo_decision (
@@ -43,9 +45,10 @@ CREATE TABLE IF NOT EXISTS memo_decision (
 
 
 class MemoStore:
-    """Memos by session: an LRU of live ones (at most ``live_bytes``) over SQLite; at most
-    ``max_sessions`` kept. Safe to share between threads (one session's requests must still
-    come one at a time: its memo object is changed outside the lock)."""
+    """``DecisionMemos`` on SQLite: an LRU of live memos (at most ``live_bytes``) over the
+    database; at most ``max_sessions`` kept. Safe to share between threads (one session's
+    requests must still come one at a time: its memo object is changed outside the lock).
+    Several processes may share the database: each save checks the session's version."""
 
     def __init__(
         self, db: sqlite3.Connection, max_sessions: int = 2000, live_bytes: int = LIVE_BYTES
@@ -56,6 +59,9 @@ class MemoStore:
         self._saves = 0
         with state_errors("cannot create the memo tables"):
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(memo_session)")}
+            if "version" not in columns:  # a database written before memos had versions
+                db.execute("ALTER TABLE memo_session ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
 
     def load(self, session_id: str) -> SessionMemo:
         with exclusive(self.db):
@@ -65,12 +71,13 @@ class MemoStore:
             memo = SessionMemo()
             with state_errors("cannot read the state database"):
                 row = self.db.execute(
-                    "SELECT level, thresholds_crossed, turn, events FROM memo_session "
+                    "SELECT level, thresholds_crossed, turn, events, version FROM memo_session "
                     "WHERE session = ?",
                     (session_id,),
                 ).fetchone()
                 if row is not None:
-                    memo.level, memo.thresholds_crossed, memo.turn, memo.events = row
+                    memo.level, memo.thresholds_crossed, memo.turn, memo.events = row[:4]
+                    memo.version = row[4]
                     for fp, level, text, final in self.db.execute(
                         "SELECT fp, level, text, final FROM memo_decision WHERE session = ?",
                         (session_id,),
@@ -86,35 +93,52 @@ class MemoStore:
 
     def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
         """Persist the session's state and its changed decisions in one transaction; raises
-        ``StateUnavailable`` (nothing saved) when the write fails."""
+        ``StateUnavailable`` (nothing saved) when the write fails, and ``StateConflict`` (the
+        live copy dropped) when another process saved the session since ``memo`` was read."""
         with exclusive(self.db):
-            with state_errors("cannot write the state database"), write_transaction(self.db):
-                self.db.execute(
-                    "INSERT INTO memo_session VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session) DO "
-                    "UPDATE SET level = excluded.level, thresholds_crossed = "
-                    "excluded.thresholds_crossed, turn = excluded.turn, events = excluded.events, "
-                    "updated = excluded.updated",
-                    (
-                        session_id,
-                        memo.level,
-                        memo.thresholds_crossed,
-                        memo.turn,
-                        memo.events,
-                        time.time(),
-                    ),
-                )
-                if changed:
-                    self.db.executemany(
-                        "INSERT OR REPLACE INTO memo_decision VALUES (?, ?, ?, ?, ?)",
-                        [
-                            (session_id, fp, d.level, d.text, int(d.final))
-                            for fp, d in changed.items()
-                        ],
-                    )
+            try:
+                with state_errors("cannot write the state database"), write_transaction(self.db):
+                    self._write_session(session_id, memo)
+                    if changed:
+                        self.db.executemany(
+                            "INSERT OR REPLACE INTO memo_decision VALUES (?, ?, ?, ?, ?)",
+                            [
+                                (session_id, fp, d.level, d.text, int(d.final))
+                                for fp, d in changed.items()
+                            ],
+                        )
+            except StateConflict:
+                self._live.pop(session_id, None)
+                raise
+            memo.version += 1
             self._keep(session_id, memo)
             self._saves += 1
             if self._saves % 100 == 0:
                 self.prune()
+
+    def _write_session(self, session_id: str, memo: SessionMemo) -> None:
+        """The session's row, one version on from the one ``memo`` was read at."""
+        state = (memo.level, memo.thresholds_crossed, memo.turn, memo.events, time.time())
+        updated = self.db.execute(
+            "UPDATE memo_session SET level = ?, thresholds_crossed = ?, turn = ?, events = ?, "
+            "updated = ?, version = version + 1 WHERE session = ? AND version = ?",
+            (*state, session_id, memo.version),
+        )
+        if updated.rowcount:
+            return
+        found = self.db.execute(
+            "SELECT version FROM memo_session WHERE session = ?", (session_id,)
+        ).fetchone()
+        if found is not None:
+            raise StateConflict(
+                f"session {session_id}: its compression decisions were saved by another "
+                f"process (version {found[0]}; this one read version {memo.version})"
+            )
+        self.db.execute(
+            "INSERT INTO memo_session (level, thresholds_crossed, turn, events, updated, "
+            "session, version) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*state, session_id, memo.version + 1),
+        )
 
     def prune(self) -> int:
         """Forget the least recently updated sessions beyond ``max_sessions``."""

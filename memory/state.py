@@ -12,3 +12,8 @@ class StateUnavailable(Exception):
     """The durable state cannot be read or written now: locked by another process, disk
     full, read-only, corrupt or missing. The message says what was being done and why it
     failed."""
+
+
+class StateConflict(StateUnavailable):
+    """Another writer changed a session's state since this process loaded it. The request
+    that found out is relayed unchanged; the next one reads the other writer's state."""

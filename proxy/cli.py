@@ -211,22 +211,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def expand_key(key: str, settings: Settings, start: int | None, end: int | None) -> int:
-    from memory.ccr import OriginalStore
-    from memory.db import DB_NAME, open_database
     from memory.state import StateUnavailable
     from proxy.expand import expand, range_error
+    from proxy.stores import open_originals, state_db_path
 
     problem = range_error(start, end)
     if problem is not None:
         print(f"deepmem: {problem}", file=sys.stderr)
         return 2
-    path = settings.data_dir / DB_NAME
+    path = state_db_path(settings)
     if not path.exists():
         print(f"deepmem: no state database at {path} (is --data-dir right?)", file=sys.stderr)
         return 1
     try:
-        store = OriginalStore(open_database(path), settings.retention_days)
-        result = expand(store, key, start, end)
+        result = expand(open_originals(settings), key, start, end)
     except StateUnavailable as exc:
         print(f"deepmem: cannot expand {key} from {path}: {exc}", file=sys.stderr)
         return 1

@@ -33,10 +33,10 @@ from compressors.view import Conversation, Dialect, Kind, Role
 from compressors.wire import parse_conversation
 from memory.archive import archive_paths, write_checkpoint
 from memory.catalog import MemoryCatalog
-from memory.ccr import OriginalStore
 from memory.checkpoint import Checkpoint, extract, extract_transcript
 from memory.files import LockTimeout
 from memory.injection import wrap
+from memory.interfaces import Originals
 from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
 from proxy.compression import STATE_WRITES
@@ -145,7 +145,7 @@ def history_messages(conversation: Conversation) -> list[Any]:
 class CompactionStage:
     settings: Settings
     catalog: MemoryCatalog
-    originals: OriginalStore
+    originals: Originals
     compression: CompressionSettings
     health: Health | None = None
     histories: HistoryCache = field(default_factory=HistoryCache)

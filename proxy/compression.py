@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from compressors.pipeline import CompressionResult, CompressionSettings, compress
 from compressors.registry import DEFAULT_PROTECTED_TOOLS
 from compressors.view import Conversation
-from memory.ccr import OriginalStore
-from memory.memo import MemoStore
-from memory.state import StateUnavailable
+from memory.interfaces import DecisionMemos, Originals
+from memory.state import StateConflict, StateUnavailable
 from proxy.config import Settings
 from proxy.flow import Flow
 from proxy.health import Health
@@ -49,8 +48,8 @@ class CompressionStage:
     """An addon: compresses agent requests, keeps originals in CCR, persists decisions."""
 
     settings: CompressionSettings
-    memos: MemoStore
-    originals: OriginalStore
+    memos: DecisionMemos
+    originals: Originals
     cache_ttl: float = 300.0
     health: Health | None = None
 
@@ -70,7 +69,9 @@ class CompressionStage:
             # The hook forwards the original bytes. The live memo may hold decisions whose
             # originals or rows were not kept: forget it, the next load reads what was saved.
             self.memos.forget_live(flow.session_id)
-            if isinstance(exc, StateUnavailable) and self.health is not None:
+            # Another replica saving the session first is no fault of the state database.
+            broken = isinstance(exc, StateUnavailable) and not isinstance(exc, StateConflict)
+            if broken and self.health is not None:
                 self.health.report(STATE_WRITES, str(exc))
             raise
         if self.health is not None:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from compressors.markers import normalize_key
 from compressors.tools.file_read import shown_line_numbers
-from memory.ccr import OriginalStore
+from memory.interfaces import Originals
 
 LINE_RANGE_HELP = (
     "start_line/end_line (1-based, inclusive) are the line numbers shown in a file view (the "
@@ -32,7 +32,7 @@ class Expansion:
 
 
 def expand(
-    store: OriginalStore,
+    store: Originals,
     raw_key: str,
     start_line: int | None = None,
     end_line: int | None = None,

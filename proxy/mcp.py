@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from memory.ccr import OriginalStore
 from memory.files import LockTimeout
+from memory.interfaces import Originals
 from memory.state import StateUnavailable
 from memory.store import SECTIONS
 from proxy import __version__, memory_api
@@ -46,7 +46,7 @@ class ToolError(Exception):
 class ToolContext:
     """What a tool call can reach: the originals, project memory and the endpoint's project."""
 
-    originals: OriginalStore
+    originals: Originals
     memory: MemoryService | None = None
     endpoint_project: str | None = None
 

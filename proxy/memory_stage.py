@@ -30,7 +30,8 @@ from memory.catalog import MemoryCatalog, ProjectMemory
 from memory.checkpoint import Checkpoint, essentials
 from memory.files import LockTimeout, read_text
 from memory.injection import Line, defang, recall_block, stable_block, wrap
-from memory.injection_memo import Injected, InjectionMemo, SessionInjections
+from memory.injection_memo import Injected, SessionInjections
+from memory.interfaces import InjectionMemos
 from memory.project import NO_PROJECT
 from memory.signals import capture, nudge_reasons
 from memory.state import StateUnavailable
@@ -105,7 +106,7 @@ class MemoryStage:
 
     settings: Settings
     catalog: MemoryCatalog
-    memo: InjectionMemo
+    memo: InjectionMemos
     health: Health | None = None
 
     def request(self, conversation: Conversation, flow: Flow) -> bool:
@@ -345,7 +346,7 @@ def _request_tokens(conversation: Conversation, flow: Flow) -> int:
 def build_memory_stage(
     settings: Settings,
     catalog: MemoryCatalog,
-    memo: InjectionMemo,
+    memo: InjectionMemos,
     health: Health | None = None,
 ) -> MemoryStage | None:
     """The addon, or None when injection, captures and nudges are all switched off."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, open_database
 from memory.injection_memo import InjectionMemo
+from memory.interfaces import DecisionMemos, InjectionMemos, Originals
 from memory.memo import MemoStore
 from memory.state import StateUnavailable
 from proxy.config import Settings
@@ -20,9 +22,9 @@ STATE_DB = "state_db"  # the /health component: the state database cannot be ope
 class Stores:
     """What the proxy keeps in its state database."""
 
-    originals: OriginalStore
-    memos: MemoStore
-    injections: InjectionMemo
+    originals: Originals
+    memos: DecisionMemos
+    injections: InjectionMemos
     unavailable: str | None = None  # why there is no durable store: then nothing is rewritten
 
 
@@ -41,10 +43,20 @@ class NoOriginals(OriginalStore):
         raise StateUnavailable(self.reason)
 
 
+def state_db_path(settings: Settings) -> Path:
+    return settings.data_dir / DB_NAME
+
+
+def open_originals(settings: Settings) -> Originals:
+    """The originals alone, for a process that only reads them (``deepmem expand``).
+    Raises ``StateUnavailable`` when the state database cannot be opened."""
+    return OriginalStore(open_database(state_db_path(settings)), settings.retention_days)
+
+
 def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
     """The stores on the data dir's database (``in_memory``: a private one, for replay).
     Raises ``StateUnavailable`` when it cannot be opened, read or written."""
-    db = open_database(None if in_memory else settings.data_dir / DB_NAME)
+    db = open_database(None if in_memory else state_db_path(settings))
     try:
         originals = OriginalStore(db, retention_days=settings.retention_days)
         originals.purge_expired()

@@ -1,0 +1,84 @@
+"""What the request path needs of its state: originals, compression decisions, injections.
+
+Three protocols, each implemented on SQLite (``memory/ccr.py``, ``memory/memo.py``,
+``memory/injection_memo.py``); a shared backend for several replicas implements the same
+methods. Every implementation raises ``memory.state.StateUnavailable`` (or its subclass
+``StateConflict``) for any failure of its backend, never the backend's own error type.
+
+Memos are versioned: a session's decision memo records how many times it was saved, and a
+save that finds a newer version than it loaded raises ``StateConflict`` and drops the live
+copy, so the next load reads what the other writer decided. An injection is written once per
+session and anchor; a second writer's attempt keeps the first one's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from compressors.pipeline import Decision, SessionMemo
+from memory.injection_memo import Injected, SessionInjections
+
+
+class Originals(Protocol):
+    """Every original a marker leaves out, by its key (DESIGN.md, section 4)."""
+
+    read_error: str | None  # why the last read failed; None when it worked
+    retention_seconds: float  # how long an original outlives the last request that used it
+
+    def put_many(self, originals: Mapping[str, str]) -> int:
+        """Store (or refresh) these originals durably, all or none; how many were written."""
+
+    def get(self, raw_key: str) -> bytes | None:
+        """The original's exact bytes; None when the key is unknown or expired."""
+
+    def purge_expired(self) -> int:
+        """Forget originals past their retention; how many went."""
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of originals held in this process."""
+
+
+class DecisionMemos(Protocol):
+    """Each session's compression decisions, so a message is sent the same way every time."""
+
+    def load(self, session_id: str) -> SessionMemo:
+        """The session's memo (an empty one for a new session)."""
+
+    def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
+        """Persist the memo's state and its changed decisions at once; ``StateConflict`` when
+        another writer saved the session since this memo was loaded."""
+
+    def forget_live(self, session_id: str) -> None:
+        """Drop any in-process copy: the next load reads what was saved."""
+
+    def prune(self) -> int:
+        """Forget the least recently used sessions beyond the store's limit; how many."""
+
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of memos held in this process."""
+
+
+class InjectionMemos(Protocol):
+    """What memory injected into each session, re-sent byte for byte on every request."""
+
+    def load(self, session_id: str) -> SessionInjections:
+        """The session's injections so far."""
+
+    def set_stable(self, session_id: str, text: str) -> None:
+        """Record the session's stable block (the first writer's stays)."""
+
+    def add(self, session_id: str, anchor: str, injected: Injected) -> None:
+        """Record what the user message ``anchor`` received (the first writer's stays)."""
+
+    def forget_live(self, session_id: str) -> None:
+        """Drop any in-process copy: the next load reads what was saved."""
+
+    def prune(self, max_age_days: float) -> int:
+        """Forget the sessions not seen for ``max_age_days``; how many."""
+
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of injections held in this process."""
