@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 KEY_LENGTH = 24
 KEY_PREFIX = "ccr:"
+MARKER_START = "[deep-memory: "  # every marker begins so; its key follows within 200 chars
 MARKER_RE = re.compile(
     r"\[deep-memory: (?P<what>[^\]\n]*?) — original intact: "
     r'deep_expand\("ccr:(?P<key>[0-9a-f]{24})"\)\]'
@@ -44,7 +45,7 @@ def normalize_key(raw: str) -> str | None:
 
 
 def marker(what: str, key: str) -> str:
-    return f'[deep-memory: {what} — original intact: deep_expand("{KEY_PREFIX}{key}")]'
+    return f'{MARKER_START}{what} — original intact: deep_expand("{KEY_PREFIX}{key}")]'
 
 
 def gap_line(count: int, unit: str = "lines", names: Sequence[str] = (), where: str = "") -> str:

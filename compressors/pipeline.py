@@ -40,7 +40,7 @@ import xxhash
 from compressors import jsontext
 from compressors.calls import MIN_ARGUMENTS_CHARS, cut_call
 from compressors.focus import task_terms
-from compressors.markers import ccr_key, marker, marker_keys, utf8
+from compressors.markers import MARKER_START, ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, ToolOutput
 from compressors.registry import (
     DEFAULT_PROTECTED_TOOLS,
@@ -78,6 +78,12 @@ class CompressionSettings:
     strip_reasoning: bool = True
     cut_old_calls: bool = True  # long strings in earlier turns' tool-call arguments
     drop_system_reminders: bool = True
+
+    def pays_off(self, tokens_before: int, tokens_after: int) -> bool:
+        """Whether a compression saves enough to be worth a marker: both an absolute floor
+        and a share of what the output held (DESIGN.md section 3, invariant 8)."""
+        saved = tokens_before - tokens_after
+        return saved >= self.min_saving_tokens and saved >= self.min_saving_ratio * tokens_before
 
     def recent_window(self, level: int) -> int:
         if not self.recent_tokens:
@@ -137,7 +143,6 @@ class CompressionResult:
     tokens_after: int = 0
 
 
-MARKER_START = "[deep-memory: "
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -434,8 +439,7 @@ def _compress_one(
     if kinds is not None and name not in kinds:
         return Decision(level=level)
     replacement = marker(compressed.omitted, key) + "\n" + compressed.text
-    saved = candidate.tokens - estimate_tokens(replacement)
-    if saved < settings.min_saving_tokens or saved < settings.min_saving_ratio * candidate.tokens:
+    if not settings.pays_off(candidate.tokens, estimate_tokens(replacement)):
         return Decision(level=level, final=last_level)
     result.counters[f"compressed:{name}"] += 1
     return Decision(level=level, text=replacement)

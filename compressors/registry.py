@@ -8,11 +8,17 @@ A compressor that returns None passes the output on to the next candidate.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
-from compressors.outputs import Budget, CallArguments, Compressed, CompressFn, ToolOutput
+from compressors.outputs import Budget, Compressed, CompressFn, ToolOutput
 from compressors.tools import diff, file_read, generic, json_crush, listing, prose, search, shell
+from compressors.vocabulary import (
+    EDITOR_TOOLS,
+    SHELL_TOOLS,
+    SUBAGENT_TOOLS,
+    command_text,
+    shell_program,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,31 +101,7 @@ SEARCH = ToolCompressor(
         {"grep", "egrep", "fgrep", "rg", "ag", "ack", "git-grep", "search_dir", "search_file"}
     ),
 )
-SHELL = ToolCompressor(
-    "shell",
-    shell.compress,
-    frozenset(
-        {
-            "bash",
-            "execute_bash",
-            "shell",
-            "run",
-            "run_command",
-            "terminal",
-            "exec",
-            "execute_command",
-            "command",
-            "run_terminal_cmd",
-            "powershell",
-            "sh",
-            "shell_command",  # Codex CLI
-            "exec_command",
-            "local_shell",
-            "container.exec",
-            "run_shell_command",  # Gemini CLI
-        }
-    ),
-)
+SHELL = ToolCompressor("shell", shell.compress, SHELL_TOOLS)
 JSON = ToolCompressor("json", json_crush.compress, frozenset())
 DIFF = ToolCompressor("diff", diff.compress, frozenset({"diff", "git_diff"}))
 PROSE = ToolCompressor(
@@ -154,8 +136,6 @@ COMPRESSORS: tuple[ToolCompressor, ...] = (
     GENERIC,
 )
 
-EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "editor"})
-
 # Results of these tools are never compressed: they confirm an edit, carry a plan or a
 # question, or are deepmem's own answers.
 DEFAULT_PROTECTED_TOOLS: frozenset[str] = frozenset(
@@ -175,11 +155,6 @@ DEFAULT_PROTECTED_TOOLS: frozenset[str] = frozenset(
         "memory_forget",
     }
 )
-# A subagent's report is what it concluded, written for this agent to act on: it stays whole
-# up to ``CompressionSettings.whole_report_tokens``.
-SUBAGENT_TOOLS: frozenset[str] = frozenset(
-    {"task", "agent", "subagent", "spawn_agent", "dispatch_agent", "delegate"}
-)
 _OWN_TOOL = re.compile(r"(?:^|[_.-])(deep_expand|memory_search|memory_store|memory_forget)$")
 
 
@@ -190,52 +165,6 @@ def is_protected(output: ToolOutput, protected: frozenset[str]) -> bool:
 
 def is_subagent_report(output: ToolOutput) -> bool:
     return output.tool_key in SUBAGENT_TOOLS
-
-
-def command_text(arguments: str) -> str:
-    """The command line of a shell call; Codex may send it as an argv list
-    (``["bash", "-lc", "sed -n 1,80p a.py"]``): the script is its last word."""
-    parsed = CallArguments(arguments)
-    text = parsed.text("command", "cmd", "script", "input")
-    if text:
-        return text
-    for name in ("command", "cmd"):
-        value = parsed.parsed.get(name)
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            words = [str(v) for v in value]
-            script = len(words) >= 3 and words[-2] in ("-c", "-lc")
-            return words[-1] if script else shlex.join(words)
-    return ""
-
-
-_SKIP_WORDS = frozenset({"sudo", "time", "env", "nohup", "timeout", "command", "exec", "xargs"})
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
-
-def shell_program(command: str) -> str:
-    """The program a shell command line mostly runs: the first word of its last ``&&`` step,
-    skipping ``cd``, env assignments and wrappers (``sudo``, ``timeout 30``)."""
-    steps = [step for step in re.split(r"&&|;|\n", command) if step.strip()]
-    for step in reversed(steps):
-        first_stage = step.split("|", 1)[0]
-        try:
-            words = shlex.split(first_stage, comments=True)
-        except ValueError:
-            words = first_stage.split()
-        words = [w for w in words if not _ASSIGNMENT.match(w)]
-        while words and (words[0] in _SKIP_WORDS or words[0].isdigit()):
-            words = words[1:]
-            if words and words[0].startswith("-"):
-                words = words[1:]
-        if not words or words[0] == "cd":
-            continue
-        program = words[0].rsplit("/", 1)[-1]
-        if program in ("python", "python3") and len(words) > 2 and words[1] == "-m":
-            return words[2]
-        if program == "git" and len(words) > 1 and words[1] == "grep":
-            return "git-grep"
-        return program
-    return ""
 
 
 def _by_program(program: str) -> ToolCompressor | None:

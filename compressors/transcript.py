@@ -92,7 +92,7 @@ def _compress_block(
     key = ccr_key(output)
     replacement = marker(compressed.omitted, key) + "\n" + compressed.text
     after = estimate_tokens(replacement)
-    if tokens - after < settings.min_saving_tokens:
+    if not settings.pays_off(tokens, after):
         return block
     result.originals[key] = output
     result.compressed += 1

@@ -25,6 +25,7 @@ import orjson
 from compressors import jsontext
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Kind, Role
+from compressors.vocabulary import EDITOR_TOOLS, SHELL_TOOLS
 from compressors.wire import parse_conversation
 from memory.signals import SIGNAL_PATTERNS
 from memory.store import normalize
@@ -431,21 +432,7 @@ _EDIT_TOOLS = {
     "replace_in_file",
 }
 _PATCH_TOOLS = {"patch", "apply_patch", "applypatch"}
-_EDITOR_TOOLS = {"str_replace_editor", "str_replace_based_edit_tool", "text_editor"}
 _EDITOR_COMMANDS = {"create": "created", "str_replace": "edited", "insert": "edited"}
-_SHELL_TOOLS = {
-    "bash",
-    "execute_bash",
-    "shell",
-    "sh",
-    "run_shell_command",
-    "run_terminal_cmd",
-    "terminal",
-    "exec",
-    "execute_command",
-    "run_command",
-    "powershell",
-}
 _SEARCH_TOOLS = {
     "grep",
     "glob",
@@ -568,12 +555,12 @@ def _describe(path: str, verbs: list[str]) -> str:
 def _classify_step(step: _Step, open_file: str | None) -> _Action:
     name, args = step.name, step.args
     path = _path_argument(args)
-    if name in _SHELL_TOOLS:
+    if name in SHELL_TOOLS:
         command = _command_argument(args) or (step.raw_args if not args else "")
         return _shell_action(command, open_file)
     action = _Action()
     listing = bool(_DIRECTORY_LISTING.search(step.result[:400]))
-    if name in _EDITOR_TOOLS:
+    if name in EDITOR_TOOLS:
         command = str(args.get("command", ""))
         if command == "view":
             action.quiet = True

@@ -40,6 +40,7 @@ from compressors.focus import name_parts
 from compressors.lines import GAP_COST
 from compressors.markers import gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
+from compressors.vocabulary import SHELL_TOOLS, command_text, shell_program
 
 MIN_FILE_LINES = 8
 MIN_SAVING = 0.2  # give up unless at least this share of the characters goes
@@ -345,11 +346,8 @@ def shown_line_numbers(text: str) -> list[tuple[int, int]] | None:
 
 def _prints_a_file(output: ToolOutput) -> bool:
     """Whether the call itself says that it printed a file, so un-numbered text is one."""
-    # The registry imports this module, so its helpers are imported when first needed.
-    from compressors.registry import SHELL, command_text, shell_program
-
     key = output.tool_key
-    if key in SHELL.tools:
+    if key in SHELL_TOOLS:
         command = command_text(output.arguments)
         return "|" not in command and shell_program(command) in _READ_PROGRAMS
     return key in _READ_TOOLS
@@ -366,8 +364,6 @@ _FROM_TOP = re.compile(r"^\s*(?:cat|head(?:\s+-n\s*\d+|\s+-\d+)?)\s+[^|;&<>]+$")
 def _first_line_number(output: ToolOutput) -> int | None:
     """The file line an un-numbered view starts at, when the command says so:
     ``sed -n 'A,Bp' file`` starts at A, ``cat file`` and ``head file`` at 1."""
-    from compressors.registry import command_text
-
     command = command_text(output.arguments)
     sed = _SED_RANGE.match(command)
     if sed:

@@ -56,3 +56,12 @@ def test_the_opencode_capture_is_unchanged_because_it_is_small():
     )
     text = capture["body"]["messages"][1]["content"]
     assert compress_transcript(text, SETTINGS).text == text
+
+
+def test_a_transcript_output_is_cut_only_when_it_pays_off_as_tool_outputs_are() -> None:
+    from compressors.pipeline import CompressionSettings
+
+    settings = CompressionSettings()
+    assert settings.pays_off(1000, 700)  # 300 tokens and 30 %
+    assert not settings.pays_off(1000, 910)  # 90 tokens: under the floor
+    assert not settings.pays_off(4000, 3200)  # 800 tokens but 20 %: under the share
