@@ -477,49 +477,59 @@ class Upstream:
         return DEFAULT_PREFIX if self.name == DEFAULT_UPSTREAM_NAME else self.name
 
 
+def _default(name: str) -> Any:
+    """The default ``OPTIONS`` declares for ``name``, as ``Settings`` holds it (a list as a
+    tuple): each default is written once, in its option."""
+    value = OPTIONS_BY_NAME[name].default
+    return tuple(value) if isinstance(value, list) else value
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8787
+    """Every setting, resolved. Defaults are the ones ``OPTIONS`` declares (``_default``);
+    ``load_settings`` also fills the upstreams, the data dir and the allowed roots."""
+
+    host: str = _default("host")
+    port: int = _default("port")
     upstreams: tuple[Upstream, ...] = field(default_factory=tuple)
     data_dir: Path = field(default_factory=lambda: Path(_default_data_dir()))
-    log_level: str = "info"
-    log_format: str = "text"
-    log_bodies: bool = False
-    max_body_mb: float = 64.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 600.0
-    upstream_pool_size: int = 0
-    admin_token: str | None = None
-    allowed_hosts: tuple[str, ...] = ()
-    max_sessions: int = 1000
-    compress: bool = True
-    tail_tokens: int = 0
-    min_output_tokens: int = 250
-    compress_live_turn: bool = True
-    pressure_thresholds: tuple[int, ...] = (50_000, 150_000)
-    protected_tools: tuple[str, ...] = ()
-    retention_days: float = 30.0
-    cache_ttl: float = 300.0
-    project_dir: Path | None = None
-    allowed_roots: tuple[Path, ...] = ()
-    memory_dir_name: str = ".deep-memory"
-    memory_inject: bool = True
-    memory_captures: bool = True
-    memory_nudges: bool = True
-    memory_similarity: float = 0.85
-    memory_tokenizer: str = "bigram"
-    memory_stable_tokens: int = 600
-    memory_recall_tokens: int = 400
-    memory_first_recall_tokens: int = 1000
-    nudge_cooldown_turns: int = 5
-    pressure_nudge_tokens: int = 150_000
-    checkpoints: bool = True
-    checkpoint_keep: int = 5
-    compaction_prompt: str = "augment"
-    compaction_compress: bool = True
-    resume: bool = True
-    resume_tokens: int = 800
+    log_level: str = _default("log_level")
+    log_format: str = _default("log_format")
+    log_bodies: bool = _default("log_bodies")
+    max_body_mb: float = _default("max_body_mb")
+    connect_timeout: float = _default("connect_timeout")
+    read_timeout: float = _default("read_timeout")
+    upstream_pool_size: int = _default("upstream_pool_size")
+    admin_token: str | None = _default("admin_token")
+    allowed_hosts: tuple[str, ...] = _default("allowed_hosts")
+    max_sessions: int = _default("max_sessions")
+    compress: bool = _default("compress")
+    tail_tokens: int = _default("tail_tokens")
+    min_output_tokens: int = _default("min_output_tokens")
+    compress_live_turn: bool = _default("compress_live_turn")
+    pressure_thresholds: tuple[int, ...] = _default("pressure_thresholds")
+    protected_tools: tuple[str, ...] = _default("protected_tools")
+    retention_days: float = _default("retention_days")
+    cache_ttl: float = _default("cache_ttl")
+    project_dir: Path | None = None  # unset, as its option says
+    allowed_roots: tuple[Path, ...] = _default("allowed_roots")
+    memory_dir_name: str = _default("memory_dir_name")
+    memory_inject: bool = _default("memory_inject")
+    memory_captures: bool = _default("memory_captures")
+    memory_nudges: bool = _default("memory_nudges")
+    memory_similarity: float = _default("memory_similarity")
+    memory_tokenizer: str = _default("memory_tokenizer")
+    memory_stable_tokens: int = _default("memory_stable_tokens")
+    memory_recall_tokens: int = _default("memory_recall_tokens")
+    memory_first_recall_tokens: int = _default("memory_first_recall_tokens")
+    nudge_cooldown_turns: int = _default("nudge_cooldown_turns")
+    pressure_nudge_tokens: int = _default("pressure_nudge_tokens")
+    checkpoints: bool = _default("checkpoints")
+    checkpoint_keep: int = _default("checkpoint_keep")
+    compaction_prompt: str = _default("compaction_prompt")
+    compaction_compress: bool = _default("compaction_compress")
+    resume: bool = _default("resume")
+    resume_tokens: int = _default("resume_tokens")
     config_file: Path | None = None
 
     @property

@@ -239,3 +239,17 @@ def test_config_file_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith("deepmem: ") and message in err and str(path) in err, err
         assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_settings_defaults_are_the_options_defaults(tmp_path):
+    """Each default is declared once, in OPTIONS; Settings() and load_settings agree on every
+    one but those load_settings fills from the machine (upstreams, data dir, allowed roots)."""
+    from dataclasses import fields
+
+    from proxy.config import Settings
+
+    loaded = load_settings({"data_dir": str(tmp_path)}, environ={})
+    machine = {"upstreams", "data_dir", "allowed_roots", "config_file"}
+    for field in fields(Settings):
+        if field.name not in machine:
+            assert getattr(Settings(), field.name) == getattr(loaded, field.name), field.name
