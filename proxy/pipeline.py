@@ -104,7 +104,7 @@ def rewrite_request(
             else (Outcome.FORWARDED, raw)
         )
         return Rewrite(out, outcome, session_id, kind, conversation, flow=flow)
-    except StateUnavailable as exc:  # the stage reported it in /health; no traceback needed
+    except StateUnavailable as exc:  # the addon reported it in /health; no traceback needed
         log.warning("%s; forwarding the original request (session %s)", exc, session_id)
         return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc))
     except Exception as exc:
@@ -117,9 +117,9 @@ def rewrite_request(
 class RewriteRunner:
     """Runs request rewrites on a few worker threads, so the event loop only relays bytes.
 
-    The stages touch SQLite, memory files (and their locks), search indexes and checkpoint
+    The addons touch SQLite, memory files (and their locks), search indexes and checkpoint
     extraction; none of that may stall another session's stream. Requests of one session
-    are rewritten one at a time, in the order they reached the runner (a stage keeps
+    are rewritten one at a time, in the order they reached the runner (an addon keeps
     per-session state); different sessions run in parallel.
     """
 
