@@ -35,10 +35,6 @@ class Originals(Protocol):
     def purge_expired(self) -> int:
         """Forget originals past their retention; how many went."""
 
-    @property
-    def cache_bytes(self) -> int:
-        """Bytes of originals held in this process."""
-
 
 class DecisionMemos(Protocol):
     """Each session's compression decisions, so a message is sent the same way every time."""
@@ -55,10 +51,6 @@ class DecisionMemos(Protocol):
 
     def prune(self) -> int:
         """Forget the least recently used sessions beyond the store's limit; how many."""
-
-    @property
-    def live_bytes(self) -> int:
-        """Bytes of memos held in this process."""
 
 
 class InjectionMemos(Protocol):
@@ -78,7 +70,3 @@ class InjectionMemos(Protocol):
 
     def prune(self, max_age_days: float) -> int:
         """Forget the sessions not seen for ``max_age_days``; how many."""
-
-    @property
-    def live_bytes(self) -> int:
-        """Bytes of injections held in this process."""

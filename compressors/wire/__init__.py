@@ -24,17 +24,12 @@ __all__ = [
     "read_usage",
     "sse_error_event",
     "usage_markers",
-    "wire_format",
 ]
 
 FORMATS: dict[Dialect, WireFormat] = {
     wire.dialect: wire for wire in (openai_chat.FORMAT, anthropic.FORMAT, openai_responses.FORMAT)
 }
 DEFAULT_ERROR_STYLE = Dialect.OPENAI_CHAT  # for calls no format claims
-
-
-def wire_format(dialect: Dialect) -> WireFormat:
-    return FORMATS[dialect]
 
 
 def parse_conversation(dialect: Dialect, body: object) -> Conversation:
