@@ -120,6 +120,8 @@ class SessionMemo:
     events: int = 0
     focus: tuple[int, frozenset[str]] | None = None  # (hash of the task, its terms); derived
     sent_as: dict[str, str] = field(default_factory=dict)  # marker key -> content; derived
+    # fingerprint -> CCR key of its original: each original is hashed once per process
+    original_keys: dict[str, str] = field(default_factory=dict)  # derived
     version: int = 0  # the saves of this session its state store had made when it was read
 
     def content_of_marker(self, key: str) -> str | None:
@@ -221,7 +223,7 @@ def compress(
                 strict = not settings.compress_live_turn and candidate.item.message > live_start
                 new = Decision(level=0) if strict else _on_arrival(candidate, settings, result)
                 decision = _decide(memo, result, candidate.fp, new)
-            _apply(candidate, decision, result)
+            _apply(candidate, decision, memo, result)
             continue
         compressible.append(candidate)
         if decision is None:
@@ -264,7 +266,7 @@ def compress(
                 work += 0 if duplicate else len(candidate.output.text)  # pointers are free
                 decision = _compress_one(candidate, duplicate, memo.level, settings, result)
                 _decide(memo, result, candidate.fp, decision)
-        _apply(candidate, memo.decisions[candidate.fp], result)
+        _apply(candidate, memo.decisions[candidate.fp], memo, result)
     result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
 
     if live_start > head_end:
@@ -445,11 +447,23 @@ def _compress_one(
     return Decision(level=level, text=replacement)
 
 
-def _apply(candidate: _Candidate, decision: Decision, result: CompressionResult) -> None:
+def _original_key(memo: SessionMemo, fp: str, original: str) -> str:
+    """The CCR key of the original behind ``fp``, hashed on first use only: every request
+    hands every sent original to the store again (to keep it alive), but the hash is the
+    same each time."""
+    key = memo.original_keys.get(fp)
+    if key is None:
+        key = memo.original_keys[fp] = ccr_key(original)
+    return key
+
+
+def _apply(
+    candidate: _Candidate, decision: Decision, memo: SessionMemo, result: CompressionResult
+) -> None:
     if decision.text is None:
         return
     original = candidate.output.text
-    result.originals[ccr_key(original)] = original
+    result.originals[_original_key(memo, candidate.fp, original)] = original
     candidate.item.set_text(decision.text)
     result.changed = True
 
@@ -519,14 +533,13 @@ def _cut_old_calls(
         )
         decision = memo.decisions.get(fp)
         if decision is None:
-            key = ccr_key(original)
-            cut = cut_call(value, original, key)
+            cut = cut_call(value, original, _original_key(memo, fp, original))
             decision = Decision(final=True) if cut is None else Decision(level=1, text=cut)
             result.counters["calls_cut"] += cut is not None
             memo.decisions[fp] = result.decisions[fp] = decision
         if decision.text is None:
             continue
-        result.originals[ccr_key(original)] = original
+        result.originals[_original_key(memo, fp, original)] = original
         # The arguments keep their wire shape: JSON text, or an object (Anthropic ``input``).
         item.holder[item.key] = (
             decision.text if isinstance(value, str) else jsontext.loads(utf8(decision.text))[0]

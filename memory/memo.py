@@ -16,10 +16,11 @@ LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
 
 
 def memo_size(memo: SessionMemo) -> int:
-    """Roughly what a memo holds: its decisions' fingerprints and texts, and the contents of
-    the markers it sent."""
+    """Roughly what a memo holds: its decisions' fingerprints and texts, the keys of their
+    originals, and the contents of the markers it sent."""
     decisions = sum(64 + len(fp) + len(d.text or "") for fp, d in memo.decisions.items())
-    return 256 + decisions + sum(len(key) + len(text) for key, text in memo.sent_as.items())
+    keys = sum(64 + len(fp) for fp in memo.original_keys)
+    return 256 + decisions + keys + sum(len(key) + len(text) for key, text in memo.sent_as.items())
 
 
 SCHEMA = """

@@ -463,3 +463,18 @@ def test_cutting_old_calls_can_be_turned_off() -> None:
     body, outcome = run(messages, SessionMemo(), settings)
     assert outcome.counters["calls_cut"] == 0
     assert body["messages"] == messages
+
+
+def test_later_requests_hand_over_every_original_without_hashing_it_again(monkeypatch):
+    import compressors.pipeline as pipeline
+
+    memo = SessionMemo()
+    messages = _written_file_session()
+    _, first = run(messages, memo)
+    assert first.originals and memo.original_keys
+    hashed: list[str] = []
+    real = pipeline.ccr_key
+    monkeypatch.setattr(pipeline, "ccr_key", lambda text: hashed.append(text) or real(text))
+    _, again = run(messages, memo)
+    assert again.originals == first.originals  # each still reaches the store, to stay alive
+    assert hashed == []  # but its key comes from the memo
