@@ -1,4 +1,4 @@
-"""The text deepmem puts in front of the model: the stable block, recalled hits and nudges.
+"""The text deepmem puts in front of the model: delimiters, defanging, remembered lines.
 
 Every injected block is wrapped in one delimiter pair, ``<deep-memory-context kind="…">`` …
 ``</deep-memory-context>``. Memory content is written by people and by models, so before it
@@ -98,6 +98,7 @@ def fit(lines: Iterable[Line], budget_tokens: int, overhead: str) -> list[str]:
     return out
 
 
+STABLE_KIND, RECALL_KIND, RESUME_KIND = "project-memory", "recall", "resume"
 STABLE_INTRO = (
     "Project memory kept by deepmem (.deep-memory/MEMORY.md): constraints and decisions "
     "recorded in earlier sessions. Follow them unless the user says otherwise."
@@ -108,17 +109,14 @@ RECALL_INTRO = (
 )
 
 
+def listing(intro: str, lines: Sequence[Line], budget_tokens: int) -> str:
+    """``intro`` and the rendered lines that fit the budget (with the block's delimiters);
+    "" when none fits."""
+    shown = fit(lines, budget_tokens, intro + TAG * 2)
+    return "\n".join([intro, *shown]) if shown else ""
+
+
 def stable_block(lines: Sequence[Line], budget_tokens: int) -> str:
     """The session's system-prompt block, or "" when nothing fits or there is nothing."""
-    shown = fit(lines, budget_tokens, STABLE_INTRO + TAG * 2)
-    return wrap("project-memory", "\n".join([STABLE_INTRO, *shown])) if shown else ""
-
-
-def recall_block(lines: Sequence[Line], budget_tokens: int, nudges: Sequence[str] = ()) -> str:
-    """Hits (and nudges) for one user message, or "" when there is nothing to add."""
-    parts: list[str] = []
-    shown = fit(lines, budget_tokens, RECALL_INTRO + TAG * 2)
-    if shown:
-        parts.append("\n".join([RECALL_INTRO, *shown]))
-    parts.extend(defang(nudge) for nudge in nudges)
-    return wrap("recall", "\n\n".join(parts)) if parts else ""
+    text = listing(STABLE_INTRO, lines, budget_tokens)
+    return wrap(STABLE_KIND, text) if text else ""

@@ -37,7 +37,9 @@ CREATE INDEX IF NOT EXISTS injection_created ON injection (created);
 class Injected:
     text: str
     turn: int  # the how-many-th user message of the session we saw (0-based)
-    nudges: tuple[str, ...] = ()  # which nudges it carries: "memory", "pressure"
+    # What it carries, for later turns to see: nudge kinds ("memory", "pressure"), the
+    # checkpoint it resumed ("resume:<stamp>"). Stored in the table's ``nudges`` column.
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -49,9 +51,13 @@ class SessionInjections:
     def turns(self) -> int:
         return len(self.by_anchor)
 
-    def last_nudge_turn(self, nudge: str) -> int | None:
-        turns = [i.turn for i in self.by_anchor.values() if nudge in i.nudges]
+    def last_turn_tagged(self, tag: str) -> int | None:
+        """The latest turn whose injection carries ``tag``; None when none does."""
+        turns = [i.turn for i in self.by_anchor.values() if tag in i.tags]
         return max(turns) if turns else None
+
+    def tagged(self, tag: str) -> bool:
+        return any(tag in i.tags for i in self.by_anchor.values())
 
     def size(self) -> int:
         """Roughly what it holds in memory: its texts and anchors."""
@@ -128,7 +134,7 @@ class InjectionMemo:
                     session_id,
                     anchor,
                     injected.turn,
-                    ",".join(injected.nudges),
+                    ",".join(injected.tags),
                     injected.text,
                     time.time(),
                 ),

@@ -335,3 +335,19 @@ def test_digests_are_stable_and_a_changed_request_is_named(
     assert replay_digests.main([str(transcript), "--compare", str(recorded)]) == 1
     out = capsys.readouterr().out
     assert "anthropic nightly: 1 of" in out and "first at request 2" in out
+
+
+def test_digests_with_memory_carry_the_injected_blocks_and_are_stable(
+    transcript: Path, tmp_path: Path
+) -> None:
+    from benchmarks import replay_digests
+
+    plain, with_memory = tmp_path / "plain.json", tmp_path / "memory.json"
+    assert replay_digests.main([str(transcript), "--out", str(plain)]) == 0
+    assert replay_digests.main([str(transcript), "--memory", "--out", str(with_memory)]) == 0
+    before, after = orjson.loads(plain.read_bytes()), orjson.loads(with_memory.read_bytes())
+    pairs = [
+        pair for d in before for pair in zip(before[d]["nightly"], after[d]["nightly"], strict=True)
+    ]
+    assert pairs and all(old != new for old, new in pairs)  # the stable block is on every one
+    assert replay_digests.main([str(transcript), "--memory", "--compare", str(with_memory)]) == 0

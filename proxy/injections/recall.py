@@ -1,0 +1,34 @@
+"""Recall: remembered lines that match a new user message, shown beside it.
+
+Searched once per new user message (never per step); lines the stable block already shows
+are left out. A session's first message gets a larger budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory.injection import RECALL_INTRO, RECALL_KIND, TAG, fit
+from proxy.injections.base import MemoryReader, Moment, Piece
+
+MAX_HITS = 5
+
+
+@dataclass(slots=True)
+class Recall:
+    first_budget_tokens: int
+    budget_tokens: int
+    read: MemoryReader
+
+    def decide(self, moment: Moment) -> list[Piece]:
+        if not moment.newest:
+            return []
+        budget = self.first_budget_tokens if moment.memo.turns == 0 else self.budget_tokens
+        if not budget:
+            return []
+        stable = moment.memo.stable or ""
+        found = self.read(lambda: moment.memory.recall(moment.text, MAX_HITS))
+        lines = [line for line in found if line.render() not in stable]
+        shown = fit(lines, budget, RECALL_INTRO + TAG * 2)
+        moment.report.hits = len(shown)
+        return [Piece(RECALL_KIND, "\n".join([RECALL_INTRO, *shown]))] if shown else []
