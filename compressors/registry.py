@@ -167,11 +167,10 @@ def is_subagent_report(output: ToolOutput) -> bool:
     return output.tool_key in SUBAGENT_TOOLS
 
 
-def _by_program(program: str) -> ToolCompressor | None:
-    for candidate in (SEARCH, LISTING, FILE_READ):
-        if program in candidate.programs:
-            return candidate
-    return None
+# Which compressor a shell program's output goes to first: from each entry's ``programs``.
+BY_PROGRAM: dict[str, ToolCompressor] = {
+    program: compressor for compressor in COMPRESSORS for program in compressor.programs
+}
 
 
 def candidates(output: ToolOutput) -> list[ToolCompressor]:
@@ -182,7 +181,7 @@ def candidates(output: ToolOutput) -> list[ToolCompressor]:
         first.append(FILE_READ)
     elif key in SHELL.tools:
         command = command_text(output.arguments)
-        by_program = _by_program(shell_program(command)) if command else None
+        by_program = BY_PROGRAM.get(shell_program(command)) if command else None
         if by_program is not None:
             first.append(by_program)
         # `curl`/`gh api` print JSON, `git show` a diff: their own shape wins over "a log"

@@ -674,20 +674,12 @@ async def _housekeeping(state: ProxyState) -> None:
     while True:
         await asyncio.sleep(HOUSEKEEPING_SECONDS)
         try:
-            purged, pruned = await asyncio.to_thread(_purge, state)
+            purged, pruned = await asyncio.to_thread(state.stores.housekeeping)
             if purged or pruned:
                 log.info("housekeeping: %d expired originals, %d old session memos", purged, pruned)
             state.health.clear("state_db_housekeeping")
         except StateUnavailable as exc:
             state.health.report("state_db_housekeeping", f"cleanup failed: {exc}")
-
-
-def _purge(state: ProxyState) -> tuple[int, int]:
-    """Expired originals, and the memos of old sessions, forgotten: how many of each."""
-    purged = state.stores.originals.purge_expired()
-    pruned = state.stores.memos.prune()
-    pruned += state.stores.injections.prune(state.settings.retention_days)
-    return purged, pruned
 
 
 STATE_RETRY_SECONDS = 30.0

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from cachetools import LRUCache
@@ -40,10 +40,13 @@ from memory.interfaces import Originals
 from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
 from proxy.compression import STATE_WRITES
-from proxy.config import Settings
 from proxy.flow import Flow
 from proxy.health import Health
+from proxy.options import Option, choice, parse_bool, parse_positive_int
 from proxy.sessions import RequestKind, Tally
+
+if TYPE_CHECKING:
+    from proxy.config import Settings
 
 log = logging.getLogger("deepmem.compaction")
 
@@ -74,6 +77,41 @@ order, keeping every section (write "(none)" when a section is empty):
 ## Next Steps
 ## Critical Context
 """
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "checkpoints",
+        parse_bool,
+        True,
+        "On a compaction request, save the session's history and a checkpoint (intents, "
+        "decisions, constraints, gotchas, file changes) in the project's .deep-memory/.",
+        "BOOL",
+    ),
+    Option(
+        "checkpoint_keep",
+        parse_positive_int,
+        5,
+        "Archived checkpoints kept per session under .deep-memory/sessions/<sid>/.",
+        "N",
+    ),
+    Option(
+        "compaction_prompt",
+        choice("off", "augment", "replace"),
+        "augment",
+        "What the summarizer is told: 'augment' adds a handoff note (eight things to cover, "
+        "where the history is archived) to its system prompt, 'replace' swaps OpenCode's "
+        "template for an eight-section handoff, 'off' changes nothing.",
+        "MODE",
+    ),
+    Option(
+        "compaction_compress",
+        parse_bool,
+        True,
+        "Compress large tool results inside the compaction transcript (originals stay expandable).",
+        "BOOL",
+    ),
+)
 
 
 def handoff_note(archive: Path | None, messages: int) -> str:

@@ -3,19 +3,85 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compressors.pipeline import CompressionResult, CompressionSettings, compress
 from compressors.registry import DEFAULT_PROTECTED_TOOLS
 from compressors.view import Conversation
 from memory.interfaces import DecisionMemos, Originals
 from memory.state import StateConflict, StateUnavailable
-from proxy.config import Settings
 from proxy.flow import Flow
 from proxy.health import Health
+from proxy.options import (
+    Option,
+    parse_bool,
+    parse_int_list,
+    parse_list,
+    parse_non_negative_int,
+    parse_positive_float,
+)
 from proxy.sessions import RequestKind, Tally
+
+if TYPE_CHECKING:
+    from proxy.config import Settings
 
 STATE_WRITES = "state_db_writes"  # the /health component for failed originals and memo writes
 SKIPPED_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
+# The compressors' own defaults are the options' defaults: each is written once, there.
+_DEFAULTS = CompressionSettings()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "tail_tokens",
+        parse_non_negative_int,
+        _DEFAULTS.tail_tokens,
+        "Tokens of older tool output sent in full before they are compressed together in one "
+        "rewrite (the latest step's output is always sent in full). 0 compresses each output "
+        "as soon as the next step begins.",
+        "TOKENS",
+    ),
+    Option(
+        "min_output_tokens",
+        parse_non_negative_int,
+        _DEFAULTS.min_output_tokens,
+        "Tool outputs shorter than this are never compressed.",
+        "TOKENS",
+    ),
+    Option(
+        "compress_live_turn",
+        parse_bool,
+        _DEFAULTS.compress_live_turn,
+        "Also compress older tool outputs inside the current user turn (its text, reasoning "
+        "and tool calls are never changed).",
+        "BOOL",
+    ),
+    Option(
+        "pressure_thresholds",
+        parse_int_list,
+        list(_DEFAULTS.pressure_thresholds),
+        "Request sizes in tokens from which tool outputs are compressed one level deeper "
+        "(outputs already sent compressed are not rewritten: that would cost a cache write "
+        "of the whole prompt).",
+        "TOKENS,...",
+    ),
+    Option(
+        "protected_tools",
+        parse_list,
+        [],
+        "Tools whose results are never compressed, added to the built-in list (edit, write, "
+        "patch, todowrite, question, skill, deepmem's own tools, ...).",
+        "NAME,...",
+    ),
+    Option(
+        "cache_ttl",
+        parse_positive_float,
+        300.0,
+        "Seconds a provider keeps a prompt cache; a session idle longer is re-compressed "
+        "freely because its cache is cold anyway.",
+        "SECONDS",
+    ),
+)
 
 
 def compression_settings(settings: Settings) -> CompressionSettings:

@@ -1,8 +1,9 @@
 """The one configuration definition and its loader.
 
-Every setting is declared once in ``OPTIONS``. The command line, the ``DEEP_MEMORY_*``
-environment, the TOML file and the documentation are all derived from that list, and values
-are resolved in one order: flags > environment > config file > defaults.
+Every setting is declared once, as an ``Option`` in the module that uses it (the server's
+own here, in ``SERVER_OPTIONS``), and gathered in ``OPTIONS``. The command line, the
+``DEEP_MEMORY_*`` environment, the TOML file and the documentation are all derived from that
+list, and values are resolved in one order: flags > environment > config file > defaults.
 """
 
 from __future__ import annotations
@@ -13,14 +14,28 @@ import os
 import re
 import tomllib
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from proxy import compaction, compression, injections, memory_api, projects
 from proxy.logs import redact_text
+from proxy.options import (
+    ENV_PREFIX,
+    Option,
+    choice,
+    parse_bool,
+    parse_host_list,
+    parse_list,
+    parse_non_negative_int,
+    parse_optional_str,
+    parse_port,
+    parse_positive_float,
+    parse_positive_int,
+    parse_str,
+)
 
-ENV_PREFIX = "DEEP_MEMORY_"
 DEFAULT_UPSTREAM_NAME = "default"
 DEFAULT_PREFIX = "v1"
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -44,126 +59,12 @@ def _default_data_dir() -> str:
     return os.path.join(base, "deepmem")
 
 
-def _parse_bool(raw: object) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(f"expected true/false, got {raw!r}")
-
-
-def _parse_positive_float(raw: object) -> float:
-    value = float(raw)  # type: ignore[arg-type]
-    if not value > 0:
-        raise ValueError(f"must be greater than 0, got {raw!r}")
-    return value
-
-
-def _parse_port(raw: object) -> int:
-    value = int(raw)  # type: ignore[call-overload]
-    if not 0 <= value <= 65535:
-        raise ValueError(f"must be 0..65535, got {raw!r}")
-    return value
-
-
-def _parse_positive_int(raw: object) -> int:
-    value = int(raw)  # type: ignore[call-overload]
-    if value <= 0:
-        raise ValueError(f"must be greater than 0, got {raw!r}")
-    return value
-
-
-def _parse_non_negative_int(raw: object) -> int:
-    value = int(raw)  # type: ignore[call-overload]
-    if value < 0:
-        raise ValueError(f"must be 0 or more, got {raw!r}")
-    return value
-
-
-def _parse_int_list(raw: object) -> list[int]:
-    return [_parse_non_negative_int(item) for item in _parse_list(raw)]
-
-
-def _choice(*allowed: str) -> Callable[[object], str]:
-    def parse(raw: object) -> str:
-        text = str(raw).strip().lower()
-        if text not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}, got {raw!r}")
-        return text
-
-    return parse
-
-
-def _parse_fraction(raw: object) -> float:
-    value = float(raw)  # type: ignore[arg-type]
-    if not 0 < value <= 1:
-        raise ValueError(f"must be greater than 0 and at most 1, got {raw!r}")
-    return value
-
-
-def _parse_dir_name(raw: object) -> str:
-    text = str(raw).strip()
-    if not text or text in (".", "..") or "/" in text or "\\" in text or "\x00" in text:
-        raise ValueError(f"must be a plain directory name, got {raw!r}")
-    return text
-
-
-def _parse_str(raw: object) -> str:
-    return str(raw)
-
-
-def _parse_optional_str(raw: object) -> str | None:
-    text = str(raw)
-    return text or None
-
-
-def _parse_list(raw: object) -> list[str]:
-    """A list from TOML, or a comma/whitespace separated string from flags and environment."""
-    if isinstance(raw, list):
-        return [str(item).strip() for item in raw if str(item).strip()]
-    return [part for part in re.split(r"[\s,]+", str(raw)) if part]
-
-
-def _parse_host_list(raw: object) -> list[str]:
-    hosts = [host.lower().rstrip(".") for host in _parse_list(raw)]
-    for host in hosts:
-        if host != "*" and not re.fullmatch(
-            r"(?:\[[0-9a-f:.]+\]|[a-z0-9_.\-]+)(?::\d{1,5})?", host
-        ):
-            raise ValueError(f"expected host names (NAME or NAME:PORT), got {host!r}")
-    return hosts
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One setting: its name is the TOML key; flag and environment names derive from it."""
-
-    name: str
-    parse: Callable[[object], Any]
-    default: Any
-    help: str
-    metavar: str | None = None
-    repeatable: bool = False
-    is_flag: bool = False
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("host", _parse_str, "127.0.0.1", "Address to bind.", "ADDR"),
-    Option("port", _parse_port, 8787, "Port to listen on.", "PORT"),
+SERVER_OPTIONS: tuple[Option, ...] = (
+    Option("host", parse_str, "127.0.0.1", "Address to bind.", "ADDR"),
+    Option("port", parse_port, 8787, "Port to listen on.", "PORT"),
     Option(
         "upstream",
-        _parse_list,
+        parse_list,
         [],
         "Provider base URL, as OpenCode's baseURL would be (including /v1). 'URL' sets the "
         "default upstream served at /v1/...; 'NAME=URL' adds one served at /NAME/... "
@@ -174,28 +75,26 @@ OPTIONS: tuple[Option, ...] = (
         "[NAME=]URL",
         repeatable=True,
     ),
-    Option("data_dir", _parse_str, None, "Directory for durable state.", "DIR"),
-    Option(
-        "log_level", _choice("debug", "info", "warning", "error"), "info", "Log level.", "LEVEL"
-    ),
-    Option("log_format", _choice("text", "json"), "text", "Log line format.", "FORMAT"),
+    Option("data_dir", parse_str, None, "Directory for durable state.", "DIR"),
+    Option("log_level", choice("debug", "info", "warning", "error"), "info", "Log level.", "LEVEL"),
+    Option("log_format", choice("text", "json"), "text", "Log line format.", "FORMAT"),
     Option(
         "log_bodies",
-        _parse_bool,
+        parse_bool,
         False,
         "Debug only: log request bodies (credentials redacted, long bodies truncated).",
         is_flag=True,
     ),
     Option(
         "max_body_mb",
-        _parse_positive_float,
+        parse_positive_float,
         64.0,
         "Largest request body accepted, in MiB; larger ones get 413.",
         "MB",
     ),
     Option(
         "connect_timeout",
-        _parse_positive_float,
+        parse_positive_float,
         10.0,
         "Seconds to open a connection to an upstream (TCP and TLS) before answering 504. "
         "Waiting for a free connection of a full pool (upstream_pool_size) is not counted.",
@@ -203,7 +102,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "read_timeout",
-        _parse_positive_float,
+        parse_positive_float,
         600.0,
         "Seconds an upstream may stay silent (before its headers or between two chunks) "
         "before the request fails with 504. Streams have no total time limit.",
@@ -211,7 +110,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "upstream_pool_size",
-        _parse_non_negative_int,
+        parse_non_negative_int,
         0,
         "Most concurrent connections per upstream; 0, the default, sets no limit (every "
         "stream of every session gets its own). With a limit, a request beyond it waits for a "
@@ -220,7 +119,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "admin_token",
-        _parse_optional_str,
+        parse_optional_str,
         None,
         "Token that admin endpoints (the dashboard's data, /stats, /metrics, /expand, /mcp, "
         "/memory, /sessions) accept as 'Authorization: Bearer TOKEN' from any address. "
@@ -229,7 +128,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "allowed_hosts",
-        _parse_host_list,
+        parse_host_list,
         [],
         "Host names (NAME or NAME:PORT) under which the dashboard and admin endpoints answer, "
         "besides loopback (localhost, 127.0.0.1, [::1]); a request naming any other Host gets "
@@ -239,7 +138,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "compress",
-        _parse_bool,
+        parse_bool,
         True,
         "Rewrite requests: compression, memory injection and nudges, the compaction prompt. "
         "Off: every body goes upstream byte for byte; the proxy still counts, reports, captures "
@@ -247,215 +146,29 @@ OPTIONS: tuple[Option, ...] = (
         "BOOL",
     ),
     Option(
-        "tail_tokens",
-        _parse_non_negative_int,
-        0,
-        "Tokens of older tool output sent in full before they are compressed together in one "
-        "rewrite (the latest step's output is always sent in full). 0 compresses each output "
-        "as soon as the next step begins.",
-        "TOKENS",
-    ),
-    Option(
-        "min_output_tokens",
-        _parse_non_negative_int,
-        250,
-        "Tool outputs shorter than this are never compressed.",
-        "TOKENS",
-    ),
-    Option(
-        "compress_live_turn",
-        _parse_bool,
-        True,
-        "Also compress older tool outputs inside the current user turn (its text, reasoning "
-        "and tool calls are never changed).",
-        "BOOL",
-    ),
-    Option(
-        "pressure_thresholds",
-        _parse_int_list,
-        [50_000, 150_000],
-        "Request sizes in tokens from which tool outputs are compressed one level deeper "
-        "(outputs already sent compressed are not rewritten: that would cost a cache write "
-        "of the whole prompt).",
-        "TOKENS,...",
-    ),
-    Option(
-        "protected_tools",
-        _parse_list,
-        [],
-        "Tools whose results are never compressed, added to the built-in list (edit, write, "
-        "patch, todowrite, question, skill, deepmem's own tools, ...).",
-        "NAME,...",
-    ),
-    Option(
         "retention_days",
-        _parse_positive_float,
+        parse_positive_float,
         30.0,
         "Days an original stays expandable after the last request that referenced it.",
         "DAYS",
     ),
     Option(
-        "cache_ttl",
-        _parse_positive_float,
-        300.0,
-        "Seconds a provider keeps a prompt cache; a session idle longer is re-compressed "
-        "freely because its cache is cold anyway.",
-        "SECONDS",
-    ),
-    Option(
-        "project_dir",
-        _parse_optional_str,
-        None,
-        "Project whose .deep-memory/ every request uses, instead of the X-Deep-Memory-Project "
-        "header or the 'Working directory:' line of OpenCode's system prompt. It must still lie "
-        "under an allowed root.",
-        "DIR",
-    ),
-    Option(
-        "allowed_roots",
-        _parse_list,
-        [],
-        "Directories under which a project's .deep-memory/ may be read and written; a request "
-        "naming a directory elsewhere gets no project memory. Empty: the user's home.",
-        "DIR,...",
-    ),
-    Option(
-        "memory_dir_name",
-        _parse_dir_name,
-        ".deep-memory",
-        "Name of the memory directory inside a project.",
-        "NAME",
-    ),
-    Option(
-        "memory_inject",
-        _parse_bool,
-        True,
-        "Put project memory in front of the model: a stable block of constraints and decisions "
-        "in the system prompt, and search hits beside each new user message.",
-        "BOOL",
-    ),
-    Option(
-        "memory_captures",
-        _parse_bool,
-        True,
-        "Keep user text that asks to be remembered ('remember', 'important:', '记住', ...) in "
-        "the project's notes.md.",
-        "BOOL",
-    ),
-    Option(
-        "memory_nudges",
-        _parse_bool,
-        True,
-        "Remind the model to call memory_store after a turn that settled a decision, stated a "
-        "constraint or fixed an error, and to store what matters when the context grows large. "
-        "Only when the request offers a memory_store tool.",
-        "BOOL",
-    ),
-    Option(
-        "memory_similarity",
-        _parse_fraction,
-        0.85,
-        "Similarity (0..1, Jaccard of search tokens) at or above which a new memory entry is "
-        "refused as a near-duplicate of an existing one.",
-        "RATIO",
-    ),
-    Option(
-        "memory_tokenizer",
-        _choice("bigram", "jieba"),
-        "bigram",
-        "How memory search cuts Chinese/Japanese/Korean text: single characters plus bigrams, "
-        "or jieba words.",
-        "MODE",
-    ),
-    Option(
-        "memory_stable_tokens",
-        _parse_non_negative_int,
-        600,
-        "Token budget of the stable block in the system prompt (0: no stable block).",
-        "TOKENS",
-    ),
-    Option(
-        "memory_recall_tokens",
-        _parse_non_negative_int,
-        400,
-        "Token budget of the search hits added beside a new user message (0: no hits).",
-        "TOKENS",
-    ),
-    Option(
-        "memory_first_recall_tokens",
-        _parse_non_negative_int,
-        1000,
-        "Token budget of the hits on the first user message of a session.",
-        "TOKENS",
-    ),
-    Option(
-        "nudge_cooldown_turns",
-        _parse_non_negative_int,
-        5,
-        "User turns after a nudge before the same kind of nudge may be given again.",
-        "TURNS",
-    ),
-    Option(
-        "pressure_nudge_tokens",
-        _parse_non_negative_int,
-        150_000,
-        "Request size in tokens at which the model is nudged to store what matters before the "
-        "context is compacted (0: never).",
-        "TOKENS",
-    ),
-    Option(
-        "checkpoints",
-        _parse_bool,
-        True,
-        "On a compaction request, save the session's history and a checkpoint (intents, "
-        "decisions, constraints, gotchas, file changes) in the project's .deep-memory/.",
-        "BOOL",
-    ),
-    Option(
-        "checkpoint_keep",
-        _parse_positive_int,
-        5,
-        "Archived checkpoints kept per session under .deep-memory/sessions/<sid>/.",
-        "N",
-    ),
-    Option(
-        "compaction_prompt",
-        _choice("off", "augment", "replace"),
-        "augment",
-        "What the summarizer is told: 'augment' adds a handoff note (eight things to cover, "
-        "where the history is archived) to its system prompt, 'replace' swaps OpenCode's "
-        "template for an eight-section handoff, 'off' changes nothing.",
-        "MODE",
-    ),
-    Option(
-        "compaction_compress",
-        _parse_bool,
-        True,
-        "Compress large tool results inside the compaction transcript (originals stay expandable).",
-        "BOOL",
-    ),
-    Option(
-        "resume",
-        _parse_bool,
-        True,
-        "After a compaction, and on the first message of a new session in a project that has "
-        "a checkpoint, add the checkpoint's essentials beside the user message.",
-        "BOOL",
-    ),
-    Option(
-        "resume_tokens",
-        _parse_non_negative_int,
-        800,
-        "Token budget of the resume block.",
-        "TOKENS",
-    ),
-    Option(
         "max_sessions",
-        _parse_positive_int,
+        parse_positive_int,
         1000,
         "Sessions kept in memory for statistics; the least recently seen go first.",
         "N",
     ),
+)
+# The one list, in the order the documentation shows it: the server's own settings, then
+# each part of the request path's, declared in its module.
+OPTIONS: tuple[Option, ...] = (
+    *SERVER_OPTIONS,
+    *projects.OPTIONS,
+    *memory_api.OPTIONS,
+    *compression.OPTIONS,
+    *compaction.OPTIONS,
+    *injections.OPTIONS,
 )
 
 OPTIONS_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -669,7 +382,7 @@ def load_settings(
             if raw is None:
                 continue
             if option.repeatable and isinstance(raw, list) and source.startswith("flag"):
-                raw = [part for item in raw for part in _parse_list(item)]
+                raw = [part for item in raw for part in parse_list(item)]
             try:
                 resolved[option.name] = option.parse(raw)
             except (TypeError, ValueError) as exc:

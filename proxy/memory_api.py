@@ -9,16 +9,39 @@ rule); ``scope="global"`` works on the global memory instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory.catalog import MemoryCatalog, MemorySettings, ProjectMemory
 from memory.search import Hit
 from memory.store import SECTIONS, Entry, MemoryStoreError
-from proxy.config import Settings
+from proxy.options import Option, choice, parse_fraction
 from proxy.projects import AmbiguousProject, ProjectChoice, ProjectResolver
+
+if TYPE_CHECKING:
+    from proxy.config import Settings
 
 SCOPES = ("project", "global")
 MAX_LIMIT = 50
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "memory_similarity",
+        parse_fraction,
+        0.85,
+        "Similarity (0..1, Jaccard of search tokens) at or above which a new memory entry is "
+        "refused as a near-duplicate of an existing one.",
+        "RATIO",
+    ),
+    Option(
+        "memory_tokenizer",
+        choice("bigram", "jieba"),
+        "bigram",
+        "How memory search cuts Chinese/Japanese/Korean text: single characters plus bigrams, "
+        "or jieba words.",
+        "MODE",
+    ),
+)
 
 
 class MemoryCallError(ValueError):

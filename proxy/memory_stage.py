@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import xxhash
 
@@ -29,12 +30,14 @@ from memory.injection_memo import Injected
 from memory.interfaces import InjectionMemos
 from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
-from proxy.config import Settings
 from proxy.flow import Flow
 from proxy.health import Health
 from proxy.injections import build_injections
 from proxy.injections.base import Injection, MemoryReport, Moment, Piece, compose
 from proxy.sessions import RequestKind
+
+if TYPE_CHECKING:
+    from proxy.config import Settings
 
 log = logging.getLogger("deepmem.memory")
 

@@ -33,9 +33,38 @@ from memory.project import (
     explain_project_dir,
 )
 from proxy.flow import Flow
+from proxy.options import Option, parse_dir_name, parse_list, parse_optional_str
 from proxy.sessions import RequestKind
 
 ACTIVE_WINDOW = 600.0
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "project_dir",
+        parse_optional_str,
+        None,
+        "Project whose .deep-memory/ every request uses, instead of the X-Deep-Memory-Project "
+        "header or the 'Working directory:' line of OpenCode's system prompt. It must still lie "
+        "under an allowed root.",
+        "DIR",
+    ),
+    Option(
+        "allowed_roots",
+        parse_list,
+        [],
+        "Directories under which a project's .deep-memory/ may be read and written; a request "
+        "naming a directory elsewhere gets no project memory. Empty: the user's home.",
+        "DIR,...",
+    ),
+    Option(
+        "memory_dir_name",
+        parse_dir_name,
+        ".deep-memory",
+        "Name of the memory directory inside a project.",
+        "NAME",
+    ),
+)
 
 
 class AmbiguousProject(ValueError):

@@ -26,6 +26,14 @@ class Stores:
     memos: DecisionMemos
     injections: InjectionMemos
     unavailable: str | None = None  # why there is no durable store: then nothing is rewritten
+    retention_days: float = 30.0
+
+    def housekeeping(self) -> tuple[int, int]:
+        """Forget expired originals, and the memos of sessions not seen within the retention:
+        how many originals and how many sessions' memos. Blocking: run it on a worker thread."""
+        purged = self.originals.purge_expired()
+        pruned = self.memos.prune() + self.injections.prune(self.retention_days)
+        return purged, pruned
 
 
 class NoOriginals(OriginalStore):
@@ -60,7 +68,9 @@ def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
     try:
         originals = OriginalStore(db, retention_days=settings.retention_days)
         originals.purge_expired()
-        return Stores(originals, MemoStore(db), InjectionMemo(db))
+        return Stores(
+            originals, MemoStore(db), InjectionMemo(db), retention_days=settings.retention_days
+        )
     except StateUnavailable:
         db.close()
         raise

@@ -267,3 +267,22 @@ async def test_corrupt_pages_at_run_time_answer_state_unavailable_and_show_in_he
     assert upstream.requests[-1].body == body  # fail open
     status, report = await health(client, proxy)
     assert "malformed" in report["problems"]["state_db_writes"]
+
+
+def test_housekeeping_forgets_what_outlived_the_retention() -> None:
+    import time
+    from dataclasses import replace
+
+    from memory.injection_memo import Injected
+    from proxy.config import Settings
+    from proxy.stores import open_stores
+
+    stores = open_stores(replace(Settings(), retention_days=1e-7), in_memory=True)  # ~9 ms
+    stores.originals.put_many({ccr_key("old output"): "old output"})
+    stores.injections.add("gone", "anchor#0", Injected("recalled", 0))
+    assert stores.injections.load("gone").turns == 1
+    time.sleep(0.05)
+    assert stores.housekeeping() == (1, 1)
+    stores.injections.forget_live("gone")
+    assert stores.injections.load("gone").turns == 0
+    assert stores.originals.get(ccr_key("old output")) is None

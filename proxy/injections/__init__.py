@@ -2,8 +2,8 @@
 (``proxy.injections.base.Injection``), one ordered list (``build_injections``: the order of
 the list is the order of the blocks).
 
-To add a kind: a module here with a class that has ``decide``, and a line in
-``build_injections``.
+To add a kind: a module here with a class that has ``decide`` and the ``OPTIONS`` it reads,
+and a line each in ``build_injections`` and ``OPTIONS``.
 """
 
 from __future__ import annotations
@@ -11,15 +11,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from proxy.health import Health
+from proxy.injections import captures, nudges, recall, resume, stable
 from proxy.injections.base import Injection, MemoryReader
 from proxy.injections.captures import Captures
 from proxy.injections.nudges import Nudges
 from proxy.injections.recall import Recall
 from proxy.injections.resume import Resume
 from proxy.injections.stable import StableBlock
+from proxy.options import Option, parse_bool
 
 if TYPE_CHECKING:
     from proxy.config import Settings
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "memory_inject",
+        parse_bool,
+        True,
+        "Put project memory in front of the model: a stable block of constraints and decisions "
+        "in the system prompt, and search hits beside each new user message.",
+        "BOOL",
+    ),
+    *stable.OPTIONS,
+    *recall.OPTIONS,
+    *nudges.OPTIONS,
+    *captures.OPTIONS,
+    *resume.OPTIONS,
+)
 
 
 def build_injections(settings: Settings, health: Health | None = None) -> list[Injection]:

@@ -16,8 +16,21 @@ from memory.signals import capture
 from memory.store import MemoryStoreError
 from proxy.health import Health
 from proxy.injections.base import Moment, Piece
+from proxy.options import Option, parse_bool
 
 log = logging.getLogger("deepmem.memory")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "memory_captures",
+        parse_bool,
+        True,
+        "Keep user text that asks to be remembered ('remember', 'important:', '记住', ...) in "
+        "the project's notes.md.",
+        "BOOL",
+    ),
+)
 
 
 @dataclass(slots=True)

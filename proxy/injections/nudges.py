@@ -16,8 +16,37 @@ from memory.injection import RECALL_KIND, defang
 from memory.signals import nudge_reasons
 from proxy.flow import Flow
 from proxy.injections.base import Moment, Piece
+from proxy.options import Option, parse_bool, parse_non_negative_int
 
 MEMORY_STORE_TOOL = "memory_store"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "memory_nudges",
+        parse_bool,
+        True,
+        "Remind the model to call memory_store after a turn that settled a decision, stated a "
+        "constraint or fixed an error, and to store what matters when the context grows large. "
+        "Only when the request offers a memory_store tool.",
+        "BOOL",
+    ),
+    Option(
+        "nudge_cooldown_turns",
+        parse_non_negative_int,
+        5,
+        "User turns after a nudge before the same kind of nudge may be given again.",
+        "TURNS",
+    ),
+    Option(
+        "pressure_nudge_tokens",
+        parse_non_negative_int,
+        150_000,
+        "Request size in tokens at which the model is nudged to store what matters before the "
+        "context is compacted (0: never).",
+        "TOKENS",
+    ),
+)
 
 
 @dataclass(slots=True)

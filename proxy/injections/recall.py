@@ -10,8 +10,27 @@ from dataclasses import dataclass
 
 from memory.injection import RECALL_INTRO, RECALL_KIND, TAG, fit
 from proxy.injections.base import MemoryReader, Moment, Piece
+from proxy.options import Option, parse_non_negative_int
 
 MAX_HITS = 5
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "memory_recall_tokens",
+        parse_non_negative_int,
+        400,
+        "Token budget of the search hits added beside a new user message (0: no hits).",
+        "TOKENS",
+    ),
+    Option(
+        "memory_first_recall_tokens",
+        parse_non_negative_int,
+        1000,
+        "Token budget of the hits on the first user message of a session.",
+        "TOKENS",
+    ),
+)
 
 
 @dataclass(slots=True)

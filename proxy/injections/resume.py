@@ -17,6 +17,7 @@ from memory.checkpoint import Checkpoint, essentials
 from memory.files import read_text
 from memory.injection import RESUME_KIND, defang
 from proxy.injections.base import Moment, Piece
+from proxy.options import Option, parse_bool, parse_non_negative_int
 from proxy.sessions import PARENT_SESSION_HEADER
 
 log = logging.getLogger("deepmem.memory")
@@ -27,6 +28,25 @@ RESUME_OTHER = (
     "continuity; the user's message above comes first."
 )
 TAG_PREFIX = "resume:"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "resume",
+        parse_bool,
+        True,
+        "After a compaction, and on the first message of a new session in a project that has "
+        "a checkpoint, add the checkpoint's essentials beside the user message.",
+        "BOOL",
+    ),
+    Option(
+        "resume_tokens",
+        parse_non_negative_int,
+        800,
+        "Token budget of the resume block.",
+        "TOKENS",
+    ),
+)
 
 
 @dataclass(slots=True)

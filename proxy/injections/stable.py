@@ -10,6 +10,17 @@ from dataclasses import dataclass
 
 from memory.injection import STABLE_INTRO, STABLE_KIND, listing
 from proxy.injections.base import MemoryReader, Moment, Piece
+from proxy.options import Option, parse_non_negative_int
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "memory_stable_tokens",
+        parse_non_negative_int,
+        600,
+        "Token budget of the stable block in the system prompt (0: no stable block).",
+        "TOKENS",
+    ),
+)
 
 
 @dataclass(slots=True)
