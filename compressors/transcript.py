@@ -15,7 +15,6 @@ the key forward, and the original stays expandable.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from compressors.markers import ccr_key, marker
@@ -23,14 +22,7 @@ from compressors.outputs import ToolOutput
 from compressors.pipeline import CompressionSettings
 from compressors.registry import compress_output, is_protected
 from compressors.tokens import estimate_tokens
-
-OPEN, CLOSE = "<conversation>", "</conversation>"
-_BLOCK_START = re.compile(
-    r"^\[(?:User|Assistant|Assistant reasoning|Assistant tool call|Tool result|Tool error)\]: ",
-    re.MULTILINE,
-)
-_CALL = re.compile(r"^\[Assistant tool call\]: (?P<tool>[\w.-]+)\((?P<args>.*)\)\s*$", re.DOTALL)
-_RESULT = "[Tool result]: "
+from compressors.transcript_grammar import Label, blocks, conversation_span, tool_call
 
 
 @dataclass(slots=True)
@@ -44,39 +36,38 @@ class TranscriptResult:
 
 def compress_transcript(text: str, settings: CompressionSettings) -> TranscriptResult:
     """``text`` with the large tool results inside its ``<conversation>`` block compressed."""
-    start = text.find(OPEN)
-    end = text.rfind(CLOSE)
     result = TranscriptResult(text)
-    if start < 0 or end <= start:
+    span = conversation_span(text)
+    if span is None:
         return result
-    body_start = start + len(OPEN)
-    body = text[body_start:end]
-    cuts = [m.start() for m in _BLOCK_START.finditer(body)]
-    if not cuts:
+    body_start, body_end = span
+    body = text[body_start:body_end]
+    found = blocks(body)
+    if not found:
         return result
-    pieces = [body[: cuts[0]]]
+    pieces = [body[: found[0].start]]
     call = ToolOutput("")
     level = len(settings.level_ratios)
-    for begin, stop in zip(cuts, [*cuts[1:], len(body)], strict=True):
-        block = body[begin:stop]
-        found = _CALL.match(block.rstrip("\n"))
-        if found:
-            call = ToolOutput("", found.group("tool"), found.group("args"))
-        elif block.startswith(_RESULT):
-            block = _compress_block(block, call, settings, level, result)
-        pieces.append(block)
-    result.text = text[:body_start] + "".join(pieces) + text[end:]
+    for block in found:
+        piece = body[block.start : block.end]
+        if block.label is Label.TOOL_CALL:
+            call = ToolOutput("", *tool_call(block.text))
+        elif block.label is Label.TOOL_RESULT:
+            piece = _compress_block(block.text, call, settings, level, result)
+        pieces.append(piece)
+    result.text = text[:body_start] + "".join(pieces) + text[body_end:]
     return result
 
 
 def _compress_block(
-    block: str,
+    content: str,
     call: ToolOutput,
     settings: CompressionSettings,
     level: int,
     result: TranscriptResult,
 ) -> str:
-    content = block[len(_RESULT) :]
+    """A ``[Tool result]`` block, its ``content`` compressed when that pays off."""
+    block = Label.TOOL_RESULT.head + content
     trailing = content[len(content.rstrip("\n")) :]
     output = content[: len(content) - len(trailing)]
     tokens = estimate_tokens(output)
@@ -98,4 +89,4 @@ def _compress_block(
     result.compressed += 1
     result.tokens_before += tokens
     result.tokens_after += after
-    return _RESULT + replacement + trailing
+    return Label.TOOL_RESULT.head + replacement + trailing

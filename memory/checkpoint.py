@@ -24,6 +24,7 @@ import orjson
 
 from compressors import jsontext
 from compressors.tokens import estimate_tokens
+from compressors.transcript_grammar import Label, blocks, conversation_span, tool_call
 from compressors.view import Conversation, Dialect, Kind, Role
 from compressors.vocabulary import EDITOR_TOOLS, SHELL_TOOLS
 from compressors.wire import parse_conversation
@@ -212,35 +213,21 @@ def extract_transcript(text: str, session_id: str, captured_at: datetime) -> Che
     return extract(parse_conversation(Dialect.OPENAI_CHAT, body), session_id, captured_at)
 
 
-_TRANSCRIPT_MARKER = re.compile(
-    r"^\[(User|Assistant|Assistant reasoning|Assistant tool call|Tool result|Tool error)\]: ?"
-)
-_TOOL_CALL_TEXT = re.compile(r"^\s*([^\s(]+)\((.*)\)\s*$", re.DOTALL)
-
-
 def transcript_messages(text: str) -> list[dict[str, Any]]:
-    """OpenAI chat messages rebuilt from a ``<conversation>`` transcript."""
-    start, end = text.find("<conversation>"), text.rfind("</conversation>")
-    if start >= 0:
-        text = text[start + len("<conversation>") : end if end > start else len(text)]
-    blocks: list[tuple[str, list[str]]] = []
-    for line in text.split("\n"):
-        match = _TRANSCRIPT_MARKER.match(line)
-        if match:
-            blocks.append((match[1], [line[match.end() :]]))
-        elif blocks:
-            blocks[-1][1].append(line)
+    """OpenAI chat messages rebuilt from a ``<conversation>`` transcript (or from ``text``
+    read whole as one, when it has no ``<conversation>`` block)."""
+    body_start, body_end = conversation_span(text) or (0, len(text))
     messages: list[dict[str, Any]] = []
     assistant: dict[str, Any] | None = None
     waiting: list[str] = []
-    for label, parts in blocks:
-        content = "\n".join(parts).strip("\n")
-        if label == "User":
+    for block in blocks(text[body_start:body_end]):
+        label, content = block.label, block.text.strip("\n")
+        if label is Label.USER:
             assistant = None
             messages.append({"role": "user", "content": content})
-        elif label.startswith("Tool"):
+        elif label in (Label.TOOL_RESULT, Label.TOOL_ERROR):
             assistant = None
-            if label == "Tool error" and not _TOOL_FAILURE.search(content):
+            if label is Label.TOOL_ERROR and not _TOOL_FAILURE.search(content):
                 content = f"Error: {content}"
             call_id = waiting.pop(0) if waiting else f"call_{len(messages)}_orphan"
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
@@ -248,14 +235,13 @@ def transcript_messages(text: str) -> list[dict[str, Any]]:
             if assistant is None:
                 assistant = {"role": "assistant", "content": ""}
                 messages.append(assistant)
-            if label == "Assistant":
+            if label is Label.ASSISTANT:
                 assistant["content"] = "\n".join(filter(None, [assistant["content"], content]))
-            elif label == "Assistant reasoning":
+            elif label is Label.REASONING:
                 previous = assistant.get("reasoning_content", "")
                 assistant["reasoning_content"] = "\n".join(filter(None, [previous, content]))
             else:
-                match = _TOOL_CALL_TEXT.match(content)
-                name, arguments = (match[1], match[2]) if match else (content.strip(), "")
+                name, arguments = tool_call(content)
                 call_id = f"call_{len(messages)}_{len(assistant.get('tool_calls', []))}"
                 waiting.append(call_id)
                 function = {"name": name, "arguments": arguments}

@@ -28,7 +28,8 @@ import orjson
 from cachetools import LRUCache
 
 from compressors.pipeline import CompressionSettings
-from compressors.transcript import CLOSE, compress_transcript
+from compressors.transcript import compress_transcript
+from compressors.transcript_grammar import CLOSE
 from compressors.view import Conversation, Dialect, Kind, Role
 from compressors.wire import parse_conversation
 from memory.archive import archive_paths, write_checkpoint

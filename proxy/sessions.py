@@ -11,6 +11,7 @@ from typing import Any
 
 import xxhash
 
+from compressors.transcript_grammar import conversation_span
 from compressors.view import Conversation, Kind, Role
 from compressors.wire import Usage
 from proxy.costs import PrefixTracker, StreamTokens
@@ -58,8 +59,7 @@ def classify(conversation: Conversation) -> RequestKind:
         return RequestKind.OTHER
     users = conversation.user_message_texts()
     last = users[-1] if users else ""
-    opening = last.find("<conversation>")
-    if opening >= 0 and last.find("</conversation>", opening) > opening:
+    if conversation_span(last) is not None:
         return RequestKind.COMPACTION
     if "title" in conversation.system_text.lower():
         return RequestKind.TITLE

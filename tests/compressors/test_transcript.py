@@ -65,3 +65,21 @@ def test_a_transcript_output_is_cut_only_when_it_pays_off_as_tool_outputs_are() 
     assert settings.pays_off(1000, 700)  # 300 tokens and 30 %
     assert not settings.pays_off(1000, 910)  # 90 tokens: under the floor
     assert not settings.pays_off(4000, 3200)  # 800 tokens but 20 %: under the share
+
+
+def test_a_result_belongs_to_its_own_call_whatever_the_tool_is_named() -> None:
+    """A call named outside ``[\\w.-]`` (``fs:read``) used to leave the previous call in
+    charge, so this log was taken for the protected ``edit`` call's result and kept whole."""
+    log = "\n".join(f"tests/test_mod{n}.py::test_case PASSED" for n in range(600))
+    text = (
+        "<conversation>\n"
+        '[Assistant tool call]: edit({"filePath":"/a.py"})\n'
+        "[Tool result]: Edit applied successfully.\n"
+        '[Assistant tool call]: fs:run_tests({"path":"tests"})\n'
+        f"[Tool result]: {log}\n"
+        "</conversation>"
+    )
+    result = compress_transcript(text, SETTINGS)
+    assert result.compressed == 1
+    [key] = marker_keys(result.text)
+    assert result.originals[key] == log

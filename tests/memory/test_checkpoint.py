@@ -526,3 +526,17 @@ def test_essentials_shortens_the_last_line() -> None:
     digest = essentials(checkpoint, 80)
     assert digest.endswith("…")
     assert 60 < estimate_tokens(digest) <= 80
+
+
+def test_transcript_blocks_start_as_opencode_writes_them() -> None:
+    """``[Label]: `` with its space, at the start of a line: a tool result quoting
+    ``[User]:x`` keeps that line (it used to open a user message of its own)."""
+    text = (
+        "<conversation>\n[User]: check the log\n"
+        '[Assistant tool call]: bash({"command":"cat chat.log"})\n'
+        "[Tool result]: [User]:hello\n[User]:bye\n"
+        "</conversation>"
+    )
+    messages = transcript_messages(text)
+    assert [message["role"] for message in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["content"] == "[User]:hello\n[User]:bye"
