@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-import shlex
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from compressors import jsontext
 from compressors.tokens import estimate_tokens
 from compressors.transcript_grammar import Label, blocks, conversation_span, tool_call
 from compressors.view import Conversation, Dialect, Kind, Role
-from compressors.vocabulary import EDITOR_TOOLS, SHELL_TOOLS
+from compressors.vocabulary import EDITOR_TOOLS, SHELL_TOOLS, command_text, shell_steps
 from compressors.wire import parse_conversation
 from memory.signals import SIGNAL_PATTERNS
 from memory.store import normalize
@@ -542,7 +541,7 @@ def _classify_step(step: _Step, open_file: str | None) -> _Action:
     name, args = step.name, step.args
     path = _path_argument(args)
     if name in SHELL_TOOLS:
-        command = _command_argument(args) or (step.raw_args if not args else "")
+        command = command_text(step.raw_args) or (step.raw_args if not args else "")
         return _shell_action(command, open_file)
     action = _Action()
     listing = bool(_DIRECTORY_LISTING.search(step.result[:400]))
@@ -587,16 +586,6 @@ def _path_argument(args: dict[str, Any]) -> str | None:
     return None
 
 
-def _command_argument(args: dict[str, Any]) -> str:
-    for key in ("command", "cmd", "script", "commands"):
-        value = args.get(key)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list):
-            return " ".join(str(part) for part in value)
-    return ""
-
-
 def _patch_changes(args: dict[str, Any], raw: str) -> list[tuple[str, str]]:
     texts = [value for value in args.values() if isinstance(value, str)] or [raw]
     changes: list[tuple[str, str]] = []
@@ -614,10 +603,6 @@ def _patch_changes(args: dict[str, Any], raw: str) -> list[tuple[str, str]]:
 
 # -- shell commands
 
-_QUOTED = re.compile(r"'[^']*'|\"(?:\\.|[^\"\\])*\"")
-_HIDDEN = re.compile(r"\x00(\d+)\x00")
-_SEPARATORS = re.compile(r"&&|\|\||[;|\n]")
-_REDIRECT = re.compile(r"(?:^|[^<>&\d])(?:\d?>>?|&>>?)\s*([^\s;&|<>()]+)")
 _NOT_FILES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"}
 _CHANGE_COMMANDS = {"mv", "rm", "cp", "mkdir", "touch", "rmdir", "ln", "tee", "unlink", "truncate"}
 _GIT_CHANGES = {"mv", "rm"}
@@ -639,7 +624,6 @@ _QUIET_COMMANDS = _READ_COMMANDS | {
     "diff",
 }
 _SETUP_COMMANDS = {"cd", "export", "source", ".", "set", "pushd", "popd", "unset", "alias"}
-_WRAPPERS = {"sudo", "env", "time", "nohup", "command", "exec"}
 # SWE-agent's own commands, run through its bash tool.
 _SWE_QUIET = {
     "goto",
@@ -656,8 +640,8 @@ _SWE_EDIT = re.compile(r"^edit\s+\d+:\d+\b")
 def _shell_action(command: str, open_file: str | None) -> _Action:
     """What a shell command did to files, SWE-agent's commands run through bash included."""
     action = _Action(command=command)
-    first_line = command.strip().split("\n", 1)[0].strip()
-    words = _split_words(first_line)
+    steps = shell_steps(command)
+    words = steps[0].words if steps else ()
     head = words[0] if words else ""
     if head in {"open", "create"} and len(words) > 1:
         action.opens = True
@@ -667,63 +651,38 @@ def _shell_action(command: str, open_file: str | None) -> _Action:
         else:
             action.changes.append((words[1], "created"))
         return action
-    if _SWE_EDIT.match(first_line):
+    if _SWE_EDIT.match(command.strip().split("\n", 1)[0].strip()):
         if open_file:
             action.changes.append((open_file, "edited"))
         return action
     if head in _SWE_QUIET:
         action.quiet = True
         return action
-    lines = command.split("\n")
-    # A heredoc's body is data, not commands.
-    cut = next((i for i, line in enumerate(lines) if "<<" in line), len(lines) - 1)
-    hidden: list[str] = []
-
-    def hide(match: re.Match[str]) -> str:
-        hidden.append(match[0])
-        return f"\x00{len(hidden) - 1}\x00"
-
-    masked = _QUOTED.sub(hide, "\n".join(lines[: cut + 1]))
     primary: str | None = None
-    for part in _SEPARATORS.split(masked):
-        part_words = part.split()
-        while part_words and (part_words[0] in _WRAPPERS or _is_assignment(part_words[0])):
-            part_words = part_words[1:]
-        if not part_words or part_words[0] in _SETUP_COMMANDS:
+    for step in steps:
+        words = step.words
+        if words and words[0] in _SETUP_COMMANDS:
             continue
-        word = posixpath.basename(part_words[0])
-        primary = primary or word
-        redirects = [t for t in _REDIRECT.findall(part) if t not in _NOT_FILES]
+        word = posixpath.basename(words[0]) if words else ""
+        primary = primary or word or None
         if (
-            redirects
+            any(target not in _NOT_FILES for target in step.writes)
             or word in _CHANGE_COMMANDS
-            or (word == "git" and len(part_words) > 1 and part_words[1] in _GIT_CHANGES)
-            or (word == "sed" and any(w.startswith(("-i", "--in-place")) for w in part_words))
-            or (word == "perl" and any(w.startswith("-") and "i" in w for w in part_words[1:]))
+            or (word == "git" and len(words) > 1 and words[1] in _GIT_CHANGES)
+            or (word == "sed" and any(w.startswith(("-i", "--in-place")) for w in words))
+            or (word == "perl" and any(w.startswith("-") and "i" in w for w in words[1:]))
         ):
             action.shell_change = True
         elif word in _READ_COMMANDS:
-            restored = _HIDDEN.sub(lambda m: hidden[int(m[1])], " ".join(part_words[1:]))
-            action.reads.extend(_read_arguments(restored))
+            action.reads.extend(_read_arguments(words[1:]))
     action.quiet = primary in _QUIET_COMMANDS and not action.shell_change
     return action
 
 
-def _is_assignment(word: str) -> bool:
-    return "=" in word and not word.startswith("-") and word.split("=", 1)[0].isidentifier()
-
-
-def _split_words(text: str) -> list[str]:
-    try:
-        return shlex.split(text)
-    except ValueError:
-        return text.split()
-
-
-def _read_arguments(arguments: str) -> list[str]:
+def _read_arguments(arguments: Iterable[str]) -> list[str]:
     paths: list[str] = []
     skip_next = False
-    for word in _split_words(arguments):
+    for word in arguments:
         if skip_next:
             skip_next = False
         elif word in {"-n", "-c", "--lines", "--bytes"}:

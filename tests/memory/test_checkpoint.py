@@ -243,6 +243,10 @@ def test_error_lines(result: str, line: str) -> None:
         ("echo 'a > b' && ls 2>/dev/null", False),
         ('python -c "print(1 > 0)" 2>&1 | tail -3', False),
         ("git status && git diff", False),
+        # read with compressors.vocabulary.shell_steps: wrappers, comments, pipes into xargs
+        ("timeout 60 rm -rf build", True),
+        ("find . -name '*.pyc' | xargs rm", True),
+        ("ls # then; rm x", False),
     ],
 )
 def test_shell_commands_that_change_files(command: str, changes: bool) -> None:
@@ -252,6 +256,18 @@ def test_shell_commands_that_change_files(command: str, changes: bool) -> None:
     if changes:
         assert found[0].startswith("ran: ")
         assert "\n" not in found[0]
+
+
+def test_shell_reads_leave_out_redirections_and_codex_argv_lists_count() -> None:
+    script: Script = [
+        ("user", "Look."),
+        ("call", "bash", {"command": "cat a.py 2>/dev/null"}, "x"),
+        ("call", "shell", {"command": ["bash", "-lc", "sed -i 's/a/b/' b.py"]}, ""),
+        ("call", "shell", {"command": ["bash", "-lc", "head -n 5 c.py"]}, "x"),
+    ]
+    checkpoint = _extract(Dialect.OPENAI_CHAT, script)
+    assert checkpoint.files_read == [("a.py", 1), ("c.py", 1)]
+    assert checkpoint.file_changes == ["ran: sed -i 's/a/b/' b.py"]
 
 
 def test_editor_tools_and_open_file() -> None:
