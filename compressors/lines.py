@@ -1,12 +1,10 @@
-"""What the line-based compressors share: the cost of a gap line and how gaps are rendered."""
+"""What the line-based compressors share: how gaps are rendered."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 from compressors.markers import gap_line
-
-GAP_COST = 28  # characters a gap line takes, near enough
 
 
 def with_gaps(

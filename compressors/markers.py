@@ -59,6 +59,13 @@ def gap_line(count: int, unit: str = "lines", names: Sequence[str] = (), where: 
     return f"[… {count} {unit} omitted{place}{mention} …]"
 
 
+# What a gap line costs a compressor's budget, in characters, when it plans before the counts
+# are known: one with a four-digit count of the longest plain unit, and its newline. Gap lines
+# that name what they left out cost more; a compressor that knows the exact gap line it
+# writes measures ``len(gap_line(...))`` instead.
+GAP_COST = len(gap_line(1000, "characters")) + 1
+
+
 def marker_keys(text: str) -> list[str]:
     """Every key named by a marker in ``text``, in order."""
     return [match.group("key") for match in MARKER_RE.finditer(text)]

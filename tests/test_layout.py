@@ -71,3 +71,14 @@ def test_no_import_cycle() -> None:
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def test_a_gap_line_is_costed_in_one_place() -> None:
+    """``compressors.markers.GAP_COST``, next to ``gap_line``; no compressor keeps its own."""
+    own = []
+    for path in (ROOT / "compressors").rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(isinstance(t, ast.Name) and "GAP_COST" in t.id for t in targets):
+                own.append(path.relative_to(ROOT).as_posix())
+    assert own == ["compressors/markers.py"]

@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from compressors.focus import name_parts
-from compressors.lines import GAP_COST
-from compressors.markers import gap_line
+from compressors.markers import GAP_COST, gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
 from compressors.vocabulary import SHELL_TOOLS, command_text, shell_program
 

@@ -20,8 +20,7 @@ from itertools import accumulate, chain, islice, repeat
 from itertools import compress as where
 from operator import add, eq, mul, ne
 
-from compressors.lines import GAP_COST
-from compressors.markers import gap_line, utf8
+from compressors.markers import GAP_COST, gap_line, utf8
 from compressors.outputs import Budget, Compressed, ToolOutput
 
 MIN_CHARS = 400  # below this nothing is worth a marker
@@ -270,7 +269,7 @@ def clip_line(line: str, cap: int) -> tuple[str, int]:
     head = keep * 2 // 3
     tail = keep - head
     cut = len(line) - head - tail
-    if cut <= GAP_COST:
+    if cut <= len(gap_line(cut, "characters")):  # the gap line would not be shorter
         return line, 0
     return f"{line[:head]}{gap_line(cut, 'characters')}{line[-tail:]}", cut
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from compressors.markers import gap_line, utf8
+from compressors.markers import GAP_COST, gap_line, utf8
 from compressors.outputs import Budget, Compressed, ToolOutput
 from compressors.tools.generic import focus_hits_at
 
@@ -38,7 +38,6 @@ MAX_RATIO = 0.8  # a result is kept only when it saves at least 20%
 WIDTH = 100  # a container whose compact form fits this is printed on one line
 INDENT = "  "
 PACK_WIDTH = 24  # array items this short share lines
-GAP_COST = 26  # characters a gap line or gap entry takes, near enough
 ITEM_OVERHEAD = 6  # an array item's indentation, comma and newline, near enough
 MIN_STRING = 40  # a cut string keeps at least this many characters
 MIN_VALUE = 12  # what a kept key's value needs at least
@@ -231,8 +230,8 @@ def _crush(value: Any, budget: int, size: int, crush: Crush) -> Any:
 
 
 def _cut_string(value: str, budget: int, crush: Crush) -> str | Cut:
-    keep = max(budget - GAP_COST, MIN_STRING)
-    if len(value) - keep <= GAP_COST:
+    keep = max(budget - len(gap_line(len(value), "characters")), MIN_STRING)
+    if len(value) - keep <= len(gap_line(len(value) - keep, "characters")):
         return value
     head = keep * 2 // 3
     tail = keep - head

@@ -41,7 +41,7 @@ from typing import TypeVar
 
 from compressors.focus import name_parts
 from compressors.lines import with_gaps
-from compressors.markers import gap_line
+from compressors.markers import GAP_COST, gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
 
 _T = TypeVar("_T")
@@ -53,7 +53,6 @@ COMPACT_SHARE = 0.85  # compact lines may use the budget up to here; the rest is
 TREE_DIRECTORY_BONUS = 3.0
 FLAT_WIDTH = 160  # names of a one-directory listing are wrapped at this width
 PARTIAL_SHARE = 0.35  # at most this share of the budget goes to the names of one huge group
-GAP_COST = 40  # characters a gap line takes, near enough
 MAX_LINE = 4096  # longer lines are not listing entries
 MAX_TEXT = 4_000_000  # bigger outputs are left to the generic compressor
 MAX_DEPTH = 40  # path components looked at when judging a directory

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from compressors.markers import gap_line
+from compressors.markers import GAP_COST, gap_line
 from compressors.outputs import Budget, CallArguments, Compressed, ToolOutput
 
 SEARCH_TOOLS = frozenset(
@@ -32,7 +32,6 @@ PREFIX_SCAN = 400  # a match line's path:line: prefix is looked for in this many
 LONG_LINE = 320  # kept match lines are clipped to about this many chars
 SHAPE_SAMPLE = 40  # lines sampled to decide whether the output is a search result at all
 NOTES = 12  # lines that are neither matches nor headers kept as they are; more: head and tail
-GAP_COST = 30
 
 # Line kinds. SEP (blank line, grep's "--") and GROUP (a file header) are structure: they are
 # shown with the lines they separate or head, and never counted as omitted.

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compressors.markers import gap_line
+from compressors.markers import GAP_COST, gap_line
 from compressors.outputs import Budget, Compressed, ToolOutput
 from compressors.tools import search
 
@@ -40,7 +40,6 @@ BODY_MAX = 20  # ordinary lines: 1 + identifiers they carry
 NOISE = 0  # kept only as head or tail
 REPEAT = -1  # a repeat of the line above: never kept
 
-GAP_COST = 30
 TRAILER_LINES = 8  # agent trailers among an output's last lines are kept whatever the budget
 KIND_WINDOW = 8000  # chars at each end of a long output that decide its kind
 E_LINES = 6  # pytest "E   " lines per failure that count as DETAIL

@@ -238,3 +238,12 @@ def test_items_naming_task_terms_are_kept() -> None:
     assert plain is not None and focused is not None
     assert "athena-nightly" not in plain.text
     assert "athena-nightly" in focused.text
+
+
+def test_a_string_is_cut_only_when_its_gap_line_is_shorter_than_the_cut() -> None:
+    for length in range(41, 400):
+        for budget in range(20, length + 40, 7):
+            value = "x" * length
+            cut = json_crush._cut_string(value, budget, json_crush.Crush())
+            if isinstance(cut, json_crush.Cut):
+                assert len(cut.text()) < len(orjson.dumps(value))
