@@ -16,4 +16,4 @@ class StateUnavailable(Exception):
 
 class StateConflict(StateUnavailable):
     """Another writer changed a session's state since this process loaded it. The request
-    that found out is relayed unchanged; the next one reads the other writer's state."""
+    that found out is decided again on the other writer's state (``proxy.pipeline``)."""

@@ -3,7 +3,8 @@
 The addons (``proxy.addons.build_addons`` makes the list) each get the parsed view and the
 request's ``Flow`` and return True when they changed the body. When none did, the exact bytes
 the client sent are forwarded; when one raises, they are forwarded too and the failure is
-counted.
+counted. When another process saved the session's state first (``StateConflict``), the
+request is parsed again and the addons run once more on that state.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 from compressors import jsontext
 from compressors.view import Conversation, Dialect, UnrecognisedBody
 from compressors.wire import parse_conversation
-from memory.state import StateUnavailable
+from memory.state import StateConflict, StateUnavailable
 from proxy.flow import Addon, Flow
 from proxy.sessions import RequestKind, classify, session_id_for
 
@@ -95,9 +96,17 @@ def rewrite_request(
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
         idle = idle_seconds(session_id) if idle_seconds is not None else None
         flow = Flow(dialect, session_id, kind, idle, headers, raw)
-        changed = False
-        for addon in addons:
-            changed = addon.request(conversation, flow) or changed
+        try:
+            changed = _run(addons, conversation, flow)
+        except StateConflict as exc:
+            # Another process (a replica) saved this session's state since it was read here:
+            # decide again on what it saved, from the client's bytes, so that both forward
+            # the same bytes. A second conflict in a row fails open.
+            log.info("%s; deciding again on the other writer's state", exc)
+            body, _ = jsontext.loads(raw)
+            conversation = parse_conversation(dialect, body)
+            flow = Flow(dialect, session_id, kind, idle, headers, raw)
+            changed = _run(addons, conversation, flow)
         outcome, out = (
             (Outcome.REWRITTEN, _exact_bytes(jsontext.dumps(body)))
             if changed
@@ -112,6 +121,13 @@ def rewrite_request(
         return Rewrite(
             raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
         )
+
+
+def _run(addons: Sequence[Addon], conversation: Conversation, flow: Flow) -> bool:
+    changed = False
+    for addon in addons:
+        changed = addon.request(conversation, flow) or changed
+    return changed
 
 
 class RewriteRunner:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -15,7 +16,11 @@ from compressors.wire import parse_conversation
 from memory.ccr import OriginalStore
 from memory.db import open_database
 from memory.memo import MemoStore
+from proxy.addons import build_addons
+from proxy.config import Settings
+from proxy.pipeline import Outcome, rewrite_request
 from proxy.replay_wire import DIALECTS, paired_calls, request_body, to_chat
+from proxy.stores import open_stores
 from tests.conftest import CAPTURES
 
 SETTINGS = CompressionSettings(arrival_kinds=frozenset())  # arrival has its own test
@@ -478,3 +483,26 @@ def test_later_requests_hand_over_every_original_without_hashing_it_again(monkey
     _, again = run(messages, memo)
     assert again.originals == first.originals  # each still reaches the store, to stay alive
     assert hashed == []  # but its key comes from the memo
+
+
+def test_two_replicas_on_one_state_forward_the_bytes_one_process_would(tmp_path) -> None:
+    """Replica B's copy of the session is stale (A served the request in between): its save
+    conflicts, it decides again on A's state, and forwards what a single process forwards."""
+
+    def replica(data_dir):
+        settings = replace(Settings(), data_dir=data_dir)
+        return build_addons(settings, open_stores(settings))
+
+    shared, alone = tmp_path / "shared", tmp_path / "alone"
+    shared.mkdir()
+    alone.mkdir()
+    a, b, single = replica(shared), replica(shared), replica(alone)
+    headers = {"x-session-id": "s"}
+    steps = session(6)
+    bodies = [orjson.dumps({"model": "m", "messages": steps[: 2 + 2 * k]}) for k in range(2, 6)]
+    served_by = [b, a, b, a]
+    for raw, replica_addons in zip(bodies, served_by, strict=True):
+        reference = rewrite_request(raw, Dialect.OPENAI_CHAT, headers, single)
+        got = rewrite_request(raw, Dialect.OPENAI_CHAT, headers, replica_addons)
+        assert got.outcome == reference.outcome == Outcome.REWRITTEN
+        assert got.body == reference.body
