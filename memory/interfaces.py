@@ -1,9 +1,11 @@
-"""What the request path needs of its state: originals, compression decisions, injections.
+"""What the request path needs of its state: originals, compression decisions, injections,
+and when each session was last seen.
 
-Three protocols, each implemented on SQLite (``memory/ccr.py``, ``memory/memo.py``,
-``memory/injection_memo.py``); a shared backend for several replicas implements the same
-methods. Every implementation raises ``memory.state.StateUnavailable`` (or its subclass
-``StateConflict``) for any failure of its backend, never the backend's own error type.
+Each protocol has an embedded implementation (SQLite: ``memory/ccr.py``, ``memory/memo.py``,
+``memory/injection_memo.py``; in process: ``memory/clock.py``); a shared backend for several
+replicas implements the same methods. Every implementation raises
+``memory.state.StateUnavailable`` (or its subclass ``StateConflict``) for any failure of its
+backend, never the backend's own error type.
 
 Memos are versioned: a session's decision memo records how many times it was saved, and a
 save that finds a newer version than it loaded raises ``StateConflict`` and drops the live
@@ -70,3 +72,11 @@ class InjectionMemos(Protocol):
 
     def prune(self, max_age_days: float) -> int:
         """Forget the sessions not seen for ``max_age_days``; how many."""
+
+
+class RequestClock(Protocol):
+    """When each session sent its previous chat request."""
+
+    def seen(self, session_id: str, now: float) -> float | None:
+        """Record a request of the session at ``now`` (seconds since the epoch); the time of
+        its previous one, or None for the first one seen."""

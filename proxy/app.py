@@ -312,7 +312,7 @@ def _prepare(
     state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
 ) -> tuple[Rewrite, Session | None, RequestRecord]:
     """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
-    result = rewrite_request(raw, dialect, headers, state.addons, state.sessions.idle_seconds)
+    result = rewrite_request(raw, dialect, headers, state.addons, state.stores.clock)
     session = None
     if result.session_id:
         session = state.sessions.touch(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 from compressors import jsontext
 from compressors.view import Conversation, Dialect, UnrecognisedBody
 from compressors.wire import parse_conversation
+from memory.interfaces import RequestClock
 from memory.state import StateConflict, StateUnavailable
 from proxy.flow import Addon, Flow
 from proxy.sessions import RequestKind, classify, session_id_for
@@ -41,9 +43,6 @@ def _exact_bytes(data: bytes) -> bytes:
     """orjson's bytes keep the whole capacity of its growing buffer (a 400 KB body held 4 MB);
     a copy holds just the bytes, for as long as the body is forwarded and remembered."""
     return bytes(memoryview(data))
-
-
-IdleLookup = Callable[[str], float | None]
 
 
 class Outcome:
@@ -74,7 +73,7 @@ def rewrite_request(
     dialect: Dialect,
     headers: Any,
     addons: Sequence[Addon] = (),
-    idle_seconds: IdleLookup | None = None,
+    clock: RequestClock | None = None,
 ) -> Rewrite:
     """Never raises: every failure path returns the original bytes."""
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
@@ -94,7 +93,7 @@ def rewrite_request(
         kind = classify(conversation)
         if not addons:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
-        idle = idle_seconds(session_id) if idle_seconds is not None else None
+        idle = _idle_seconds(clock, session_id)
         flow = Flow(dialect, session_id, kind, idle, headers, raw)
         try:
             changed = _run(addons, conversation, flow)
@@ -121,6 +120,15 @@ def rewrite_request(
         return Rewrite(
             raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
         )
+
+
+def _idle_seconds(clock: RequestClock | None, session_id: str) -> float | None:
+    """Seconds since the session's previous chat request (recording this one), if known."""
+    if clock is None:
+        return None
+    now = time.time()
+    previous = clock.seen(session_id, now)
+    return None if previous is None else now - previous
 
 
 def _run(addons: Sequence[Addon], conversation: Conversation, flow: Flow) -> bool:

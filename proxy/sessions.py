@@ -303,11 +303,6 @@ class SessionRegistry:
             session = self._sessions.get(session_id)
             return None if session is None else session.detail()
 
-    def idle_seconds(self, session_id: str) -> float | None:
-        with self._lock:
-            session = self._sessions.get(session_id)
-        return None if session is None else time.time() - session.last_seen
-
     def __len__(self) -> int:
         return len(self._sessions)
 

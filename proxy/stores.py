@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memory.ccr import OriginalStore
+from memory.clock import LocalClock
 from memory.db import DB_NAME, open_database
 from memory.injection_memo import InjectionMemo
-from memory.interfaces import DecisionMemos, InjectionMemos, Originals
+from memory.interfaces import DecisionMemos, InjectionMemos, Originals, RequestClock
 from memory.memo import MemoStore
 from memory.state import StateUnavailable
 from proxy.config import Settings
@@ -27,6 +28,7 @@ class Stores:
     injections: InjectionMemos
     unavailable: str | None = None  # why there is no durable store: then nothing is rewritten
     retention_days: float = 30.0
+    clock: RequestClock = field(default_factory=LocalClock)
 
     def housekeeping(self) -> tuple[int, int]:
         """Forget expired originals, and the memos of sessions not seen within the retention:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from dataclasses import replace
 
 import orjson
@@ -506,3 +507,24 @@ def test_two_replicas_on_one_state_forward_the_bytes_one_process_would(tmp_path)
         got = rewrite_request(raw, Dialect.OPENAI_CHAT, headers, replica_addons)
         assert got.outcome == reference.outcome == Outcome.REWRITTEN
         assert got.body == reference.body
+
+
+def test_the_clock_tells_the_addons_how_long_a_session_was_idle() -> None:
+    from memory.clock import LocalClock
+
+    idle: list[float | None] = []
+
+    class Spy:
+        def request(self, conversation, flow) -> bool:
+            idle.append(flow.idle_seconds)
+            return False
+
+    clock = LocalClock(capacity=2)
+    raw = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    for session in ("s", "s", "t", "u", "s"):  # "s" is forgotten once two others came since
+        rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": session}, [Spy()], clock)
+    assert idle[0] is None and idle[1] is not None and 0 <= idle[1] < 5
+    assert idle[2:] == [None, None, None]
+    clock.seen("old", time.time() - 400)
+    rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": "old"}, [Spy()], clock)
+    assert idle[-1] is not None and 399 < idle[-1] < 405
