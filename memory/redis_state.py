@@ -116,6 +116,13 @@ def redact_url(text: str) -> str:
     return _USERINFO.sub("://<redacted>@", text)
 
 
+def _reason(exc: BaseException) -> str:
+    """What the server or the socket said; not the failed command of a pipeline, which
+    redis-py quotes with its arguments (the original's text)."""
+    why = str(exc).rpartition(" of pipeline caused error: ")[2] or type(exc).__name__
+    return redact_url(why)
+
+
 def _seconds(days: float) -> int:
     return max(1, math.ceil(days * 86400.0))
 
@@ -182,8 +189,7 @@ class RedisState:
         except (RedisError, OSError, concurrent.futures.CancelledError) as exc:
             # TimeoutError (ours or the client's) is an OSError.
             future.cancel()
-            why = str(exc) or type(exc).__name__
-            raise StateUnavailable(f"{doing} on {self.shown}: {redact_url(why)}") from exc
+            raise StateUnavailable(f"{doing} on {self.shown}: {_reason(exc)}") from exc
 
     def ping(self) -> None:
         """Raises ``StateUnavailable`` unless the server answers."""
