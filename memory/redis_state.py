@@ -36,8 +36,9 @@ only once its cache forgets them (``cache_seconds``).
 
 Every failure of Redis (refused or lost connection, timeout, an error reply, a full server)
 raises ``StateUnavailable`` naming what was being done, never the password. Timeouts are short
-(one second to connect, one to answer) so a slow Redis fails open fast; the next call connects
-again by itself.
+(one second to connect, one to answer; a call is waited for at most their sum, plus time to
+move a large original) so a slow Redis fails open fast; the next call connects again by
+itself, without a restart.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "deepmem:"
 CACHE_KEYS = 200_000  # original keys known to be stored, per process
+# A write of originals may take this much longer than one answer, per byte (a slow link still
+# moves this much per second; each socket operation keeps its own short timeout).
+SLOWEST_BYTES_PER_SECOND = 4 * 1024 * 1024
+READ_ALLOWANCE_SECONDS = 10.0  # an expand may read an original of many megabytes
 _USERINFO = re.compile(r"://[^/?#@\s\"'<>]+@")  # the user:password@ of a URL
 
 # Loads a session's memo unless the caller's copy (ARGV[1]: its version) is current: 0 then,
@@ -165,9 +170,12 @@ class RedisState:
     def key(self, kind: bytes, name: bytes) -> bytes:
         return self.prefix + kind + b":" + name
 
-    def run(self, doing: str, call: Callable[[Redis], Awaitable[T]]) -> T:
-        """``call(client)`` on the private loop, waited for; ``StateUnavailable("<doing> …")``
-        when Redis fails. Raises ``RuntimeError`` on a thread that runs an event loop."""
+    def run(
+        self, doing: str, call: Callable[[Redis], Awaitable[T]], extra_seconds: float = 0.0
+    ) -> T:
+        """``call(client)`` on the private loop, waited for at most ``wait_seconds`` (plus
+        ``extra_seconds`` for a large transfer); ``StateUnavailable("<doing> …")`` when Redis
+        fails. Raises ``RuntimeError`` on a thread that runs an event loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -184,10 +192,13 @@ class RedisState:
             return await call(self.client)
 
         future = asyncio.run_coroutine_threadsafe(go(), self._loop)
+        wait = self.wait_seconds + extra_seconds
         try:
-            return future.result(self.wait_seconds)
+            return future.result(wait)
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise StateUnavailable(f"{doing} on {self.shown}: no answer in {wait:g} s") from exc
         except (RedisError, OSError, concurrent.futures.CancelledError) as exc:
-            # TimeoutError (ours or the client's) is an OSError.
             future.cancel()
             raise StateUnavailable(f"{doing} on {self.shown}: {_reason(exc)}") from exc
 
@@ -266,7 +277,10 @@ class RedisOriginals:
                     pipe.expire(self._key(key), self._ttl)
                 await pipe.execute()
 
-        self.state.run(f"cannot store {len(rows)} originals", write)
+        size = sum(len(content) for _, content in rows)
+        self.state.run(
+            f"cannot store {len(rows)} originals", write, size / SLOWEST_BYTES_PER_SECOND
+        )
         with self._lock:  # only once committed
             for key, _ in rows:
                 self._stored[key] = True
@@ -280,7 +294,9 @@ class RedisOriginals:
             return None
         try:
             found = self.state.run(
-                f"cannot read original {key}", lambda client: client.get(self._key(key))
+                f"cannot read original {key}",
+                lambda client: client.get(self._key(key)),
+                READ_ALLOWANCE_SECONDS,
             )
         except StateUnavailable as exc:
             self.read_error = str(exc)

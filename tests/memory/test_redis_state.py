@@ -6,6 +6,7 @@ a password, round trips)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import os
 import signal
@@ -324,6 +325,44 @@ def test_a_server_that_does_not_answer_fails_within_the_timeouts(
         own_server.process.send_signal(signal.SIGCONT)
     assert memos.load("s").version == 0
     connection.close()
+
+
+def test_a_wait_longer_than_the_bound_is_given_up_and_the_next_call_works(
+    own_server: RedisServer,
+) -> None:
+    connection = RedisState(own_server.url, connect_timeout=0.5, socket_timeout=30)
+    connection.wait_seconds = 0.5  # shorter than the client's own timeout: ours fires
+    memos = RedisDecisionMemos(connection)
+    memos.load("s")
+    assert own_server.process is not None
+    own_server.process.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(StateUnavailable, match=r"no answer in 0\.5 s"):
+            memos.load("s")
+    finally:
+        own_server.process.send_signal(signal.SIGCONT)
+    memo = memos.load("s")
+    memos.save("s", memo, {"fp": Decision(1, "after")})
+    assert RedisDecisionMemos(connection).load("s").decisions == {"fp": Decision(1, "after")}
+    connection.close()
+
+
+def test_worker_threads_share_one_connection(state: RedisState) -> None:
+    sessions = [new_session() for _ in range(8)]
+
+    def work(session: str) -> int:
+        memos, originals = RedisDecisionMemos(state), RedisOriginals(state)
+        memo = memos.load(session)
+        for n in range(20):
+            originals.put_many({ccr_key(f"{session} {n}"): f"{session} {n}"})
+            memos.save(session, memo, {f"fp{n}": Decision(1, f"{session} {n}")})
+            memo = memos.load(session)
+        return memo.version
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(work, sessions)) == [20] * 8
+    for session in sessions:
+        assert len(RedisDecisionMemos(state).load(session).decisions) == 20
 
 
 def test_a_wrong_password_is_unavailable_and_never_shown(server: RedisServer) -> None:
