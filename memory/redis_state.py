@@ -25,7 +25,10 @@ one retention period; in each process by ``live_bytes`` of memos and injections 
 Round trips of a warm request: one to load the decision memo (a script answers "your copy is
 current" by its version, or sends the whole memo), one to load the injections (the same by
 the number of anchors), one to store new originals (none when every one is known), one to save
-the decisions (a compare-and-set script on the version), one per new injection.
+the decisions (a compare-and-set script on the version), one per new injection. A cold load
+reads the whole hash: with the optional ``hiredis`` parser (``pip install deepmem[hiredis]``)
+a 2,000-decision memo takes about 4 ms instead of 16. The first call of each script on a
+server (or after its restart) costs two more round trips (NOSCRIPT, SCRIPT LOAD).
 
 Run Redis with ``maxmemory-policy noeviction`` and with persistence (RDB or AOF): an evicted
 or forgotten original breaks "nothing is lost" (its marker is upstream already). With

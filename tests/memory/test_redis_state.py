@@ -308,6 +308,21 @@ def test_a_stopped_server_fails_fast_and_a_restarted_one_works_again(
     connection.close()
 
 
+def test_stores_opened_while_the_server_is_down_work_once_it_is_up(
+    own_server: RedisServer,
+) -> None:
+    own_server.stop()
+    connection = RedisState(own_server.url)  # connects on first use, not here
+    memos, injections = RedisDecisionMemos(connection), RedisInjectionMemos(connection)
+    with pytest.raises(StateUnavailable, match="cannot read the decisions of session s"):
+        memos.load("s")
+    own_server.start()
+    memos.save("s", memos.load("s"), {"fp": Decision(1, "up")})
+    injections.set_stable("s", "stable")
+    assert injections.load("s").stable == "stable"
+    connection.close()
+
+
 def test_a_server_that_does_not_answer_fails_within_the_timeouts(
     own_server: RedisServer,
 ) -> None:
