@@ -1,11 +1,12 @@
 """The request path's state on a Redis server several deepmem replicas share.
 
-``RedisOriginals``, ``RedisDecisionMemos`` and ``RedisInjectionMemos`` implement the three
-protocols of ``memory/interfaces.py`` over one ``RedisState`` (the connection). The protocols
-are synchronous and called from worker threads (and from the CLI, where no event loop runs):
-``RedisState`` runs redis-py's asyncio client on a private event-loop thread of its own and
-waits for each result, so the proxy's event loop never waits on Redis. Calling a store from a
-thread that runs an event loop is a programming error and raises ``RuntimeError``.
+``RedisOriginals``, ``RedisDecisionMemos``, ``RedisInjectionMemos`` and ``RedisClock``
+implement the protocols of ``memory/interfaces.py`` over one ``RedisState`` (the
+connection). The protocols are synchronous and called from worker threads (and from the CLI,
+where no event loop runs): ``RedisState`` runs redis-py's asyncio client on a private event-
+loop thread of its own and waits for each result, so the proxy's event loop never waits on
+Redis. Calling a store from a thread that runs an event loop is a programming error and
+raises ``RuntimeError``.
 
 Keys (the prefix, ``deepmem:`` by default, comes first; a session id is its UTF-8 bytes)::
 
@@ -13,6 +14,7 @@ Keys (the prefix, ``deepmem:`` by default, comes first; a session id is its UTF-
     deepmem:memo:<session>   hash: level, thresholds_crossed, turn, events, version, and one
                              field ``d:<fingerprint>`` per compression decision
     deepmem:inj:<session>    hash: anchor (``system`` for the stable block) -> turn, tags, text
+    deepmem:seen:<session>   string: the time of the session's latest chat request
 
 TTLs: an original lives ``retention_days`` after the last request that stored it (every
 write refreshes it, at most once per ``cache_seconds`` per process: keys known to be stored
@@ -22,7 +24,8 @@ nothing to do. Memory on the server is bounded by the originals (and sessions) w
 one retention period; in each process by ``live_bytes`` of memos and injections and
 ``cache_keys`` known original keys.
 
-Round trips of a warm request: one to load the decision memo (a script answers "your copy is
+Round trips of a warm request: one to record it on the session's clock, one to load the
+decision memo (a script answers "your copy is
 current" by its version, or sends the whole memo), one to load the injections (the same by
 the number of anchors), one to store new originals (none when every one is known), one to save
 the decisions (a compare-and-set script on the version), one per new injection. A cold load
@@ -40,8 +43,10 @@ only once its cache forgets them (``cache_seconds``).
 Every failure of Redis (refused or lost connection, timeout, an error reply, a full server)
 raises ``StateUnavailable`` naming what was being done, never the password. Timeouts are short
 (one second to connect, one to answer; a call is waited for at most their sum, plus time to
-move a large original) so a slow Redis fails open fast; the next call connects again by
-itself, without a restart.
+move a large original) so a slow Redis fails open fast. After a server could not be
+reached, calls fail at once for ``quiet_seconds`` (two) instead of each waiting for a
+timeout; a probe (``ping``, ``check``: the proxy's health watch) or the first call after that
+period connects again by itself, without a restart.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import concurrent.futures
 import math
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar, cast
 
@@ -58,7 +64,9 @@ from cachetools import LRUCache, TTLCache
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compressors.markers import normalize_key, utf8
 from compressors.pipeline import Decision, SessionMemo
@@ -71,6 +79,7 @@ from memory.state import StateConflict, StateUnavailable
 T = TypeVar("T")
 
 DEFAULT_PREFIX = "deepmem:"
+QUIET_SECONDS = 2.0  # after Redis could not be reached, calls fail at once for this long
 CACHE_KEYS = 200_000  # original keys known to be stored, per process
 # A write of originals may take this much longer than one answer, per byte (a slow link still
 # moves this much per second; each socket operation keeps its own short timeout).
@@ -146,8 +155,10 @@ class RedisState:
         prefix: str = DEFAULT_PREFIX,
         connect_timeout: float = 1.0,
         socket_timeout: float = 1.0,
+        quiet_seconds: float = QUIET_SECONDS,
     ) -> None:
         self.shown = redact_url(url)
+        self.quiet_seconds = quiet_seconds
         self.prefix = utf8(prefix)
         # The longest a call may take: connecting and one answer (the client's own timeouts
         # fire first; this bounds a wait nothing else would).
@@ -158,6 +169,8 @@ class RedisState:
         )
         self._thread.start()
         self._closed = False
+        self._quiet_until = 0.0  # monotonic time until which calls fail without trying
+        self._down_because = ""
         try:
             self.client: Redis = Redis.from_url(
                 url,
@@ -174,11 +187,17 @@ class RedisState:
         return self.prefix + kind + b":" + name
 
     def run(
-        self, doing: str, call: Callable[[Redis], Awaitable[T]], extra_seconds: float = 0.0
+        self,
+        doing: str,
+        call: Callable[[Redis], Awaitable[T]],
+        extra_seconds: float = 0.0,
+        *,
+        probe: bool = False,
     ) -> T:
         """``call(client)`` on the private loop, waited for at most ``wait_seconds`` (plus
         ``extra_seconds`` for a large transfer); ``StateUnavailable("<doing> …")`` when Redis
-        fails. Raises ``RuntimeError`` on a thread that runs an event loop."""
+        fails. For ``quiet_seconds`` after Redis could not be reached, calls fail at once
+        unless they ``probe``. Raises ``RuntimeError`` on a thread that runs an event loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -194,26 +213,42 @@ class RedisState:
         async def go() -> T:
             return await call(self.client)
 
+        if not probe and time.monotonic() < self._quiet_until:
+            # It did not answer a moment ago: fail at once rather than make every request of
+            # every session wait for a timeout; the health check probes it meanwhile.
+            raise StateUnavailable(f"{doing} on {self.shown}: {self._down_because}")
         future = asyncio.run_coroutine_threadsafe(go(), self._loop)
         wait = self.wait_seconds + extra_seconds
         try:
-            return future.result(wait)
+            result = future.result(wait)
         except concurrent.futures.TimeoutError as exc:
             future.cancel()
+            self._went_quiet(f"no answer in {wait:g} s")
             raise StateUnavailable(f"{doing} on {self.shown}: no answer in {wait:g} s") from exc
         except (RedisError, OSError, concurrent.futures.CancelledError) as exc:
             future.cancel()
+            if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+                self._went_quiet(_reason(exc))
             raise StateUnavailable(f"{doing} on {self.shown}: {_reason(exc)}") from exc
+        self._quiet_until = 0.0
+        return result
+
+    def _went_quiet(self, why: str) -> None:
+        self._quiet_until = time.monotonic() + self.quiet_seconds
+        self._down_because = f"unreachable a moment ago ({why}); trying again shortly"
 
     def ping(self) -> None:
-        """Raises ``StateUnavailable`` unless the server answers."""
-        self.run("cannot reach the state server", lambda client: client.ping())
+        """Raises ``StateUnavailable`` unless the server answers (it is asked even while
+        calls fail at once after a failure; an answer ends that)."""
+        self.run("cannot reach the state server", lambda client: client.ping(), probe=True)
 
     def check(self) -> str | None:
         """What is wrong with the server for health: unreachable, or evicting keys (an evicted
         original is lost); None when it is fine."""
         try:
-            info = self.run("cannot reach the state server", lambda client: client.info("memory"))
+            info = self.run(
+                "cannot reach the state server", lambda client: client.info("memory"), probe=True
+            )
         except StateUnavailable as exc:
             return str(exc)
         policy = str(info.get("maxmemory_policy", "noeviction"))
@@ -533,3 +568,21 @@ class RedisInjectionMemos:
     @property
     def live_bytes(self) -> int:
         return int(self._live.currsize)
+
+
+class RedisClock:
+    """``RequestClock`` on Redis: one string per session holding the time of its latest chat
+    request, swapped for the new time in one round trip (``SET … GET``), so every replica
+    agrees on how long a session has been idle."""
+
+    def __init__(self, state: RedisState, retention_days: float = 30.0) -> None:
+        self.state = state
+        self._ttl = _seconds(retention_days)
+
+    def seen(self, session_id: str, now: float) -> float | None:
+        key = self.state.key(b"seen", utf8(session_id))
+        previous = self.state.run(
+            f"cannot record a request of session {session_id}",
+            lambda client: client.set(key, repr(now), ex=self._ttl, get=True),
+        )
+        return float(previous) if previous else None

@@ -29,7 +29,7 @@ from memory.redis_state import (
     RedisState,
 )
 from memory.state import StateConflict, StateUnavailable
-from tests.redis_server import RedisServer, redis_server_or_skip
+from tests.redis_server import RedisServer, redis_server_program
 
 PASSWORD = "pw-Zq81x"  # never in an error message
 RETENTION_DAYS = 2.0
@@ -38,7 +38,7 @@ RETENTION_DAYS = 2.0
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One password-protected server for the module's contract tests."""
-    running = RedisServer(redis_server_or_skip(), tmp_path_factory.mktemp("redis"), PASSWORD)
+    running = RedisServer(redis_server_program(), tmp_path_factory.mktemp("redis"), PASSWORD)
     yield running.start()
     running.stop()
 
@@ -46,7 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A server of its own, for a test that stops or pauses it."""
-    running = RedisServer(redis_server_or_skip(), tmp_path, PASSWORD)
+    running = RedisServer(redis_server_program(), tmp_path, PASSWORD)
     yield running.start()
     running.stop()
 
@@ -317,6 +317,7 @@ def test_stores_opened_while_the_server_is_down_work_once_it_is_up(
     with pytest.raises(StateUnavailable, match="cannot read the decisions of session s"):
         memos.load("s")
     own_server.start()
+    connection.ping()  # the health check's probe: calls are tried again at once
     memos.save("s", memos.load("s"), {"fp": Decision(1, "up")})
     injections.set_stable("s", "stable")
     assert injections.load("s").stable == "stable"
@@ -338,6 +339,7 @@ def test_a_server_that_does_not_answer_fails_within_the_timeouts(
         assert time.monotonic() - started < 2
     finally:
         own_server.process.send_signal(signal.SIGCONT)
+    connection.ping()
     assert memos.load("s").version == 0
     connection.close()
 
@@ -356,9 +358,28 @@ def test_a_wait_longer_than_the_bound_is_given_up_and_the_next_call_works(
             memos.load("s")
     finally:
         own_server.process.send_signal(signal.SIGCONT)
+    connection.ping()
     memo = memos.load("s")
     memos.save("s", memo, {"fp": Decision(1, "after")})
     assert RedisDecisionMemos(connection).load("s").decisions == {"fp": Decision(1, "after")}
+    connection.close()
+
+
+def test_after_a_failure_calls_fail_at_once_for_a_moment_then_try_again(
+    own_server: RedisServer,
+) -> None:
+    connection = RedisState(own_server.url, quiet_seconds=0.5)
+    memos = RedisDecisionMemos(connection)
+    own_server.stop()
+    with pytest.raises(StateUnavailable):
+        memos.load("s")
+    own_server.start()
+    started = time.monotonic()
+    with pytest.raises(StateUnavailable, match="unreachable a moment ago"):
+        memos.load("s")  # not even tried: every request of every session is spared a timeout
+    assert time.monotonic() - started < 0.05
+    time.sleep(0.6)
+    assert memos.load("s").version == 0  # tried again by itself
     connection.close()
 
 
