@@ -54,7 +54,7 @@ from proxy.sessions import (
     Tally,
     session_title,
 )
-from proxy.stores import STATE_DB, Stores, open_durable_stores
+from proxy.stores import STATE_DB, STATE_SERVER, Stores, open_durable_stores
 
 log = logging.getLogger("deepmem.proxy")
 access_log = logging.getLogger("deepmem.access")
@@ -74,6 +74,7 @@ class ProxyState:
     started_at: float = field(default_factory=time.time)
     housekeeping: asyncio.Task[None] | None = None
     reopening: asyncio.Task[None] | None = None  # retries the state database while it is out
+    watching: asyncio.Task[None] | None = None  # checks the state backend (a shared server)
     own_addons: bool = True  # built from the settings (not given by a test)
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
 
@@ -109,6 +110,7 @@ async def health_handler(request: web.Request) -> web.Response:
             "uptime_seconds": round(time.time() - state.started_at, 3),
             "upstreams": {u.prefix: u.public_url for u in state.settings.upstreams},
             "token_counts": "exact" if exact_counts_available() else "estimated",
+            "state": state.stores.backend,
             "problems": problems,
         },
         status=status,
@@ -618,6 +620,7 @@ async def _start(app: web.Application) -> None:
     await state.pool.start()
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))
+    state.watching = asyncio.create_task(_watch_state(state))
     if state.stores.unavailable is not None:
         state.reopening = asyncio.create_task(_reopen_state(state))
     await asyncio.to_thread(_index_memory, state)
@@ -685,6 +688,22 @@ async def _housekeeping(state: ProxyState) -> None:
 STATE_RETRY_SECONDS = 30.0
 
 
+STATE_WATCH_SECONDS = 10.0
+
+
+async def _watch_state(state: ProxyState) -> None:
+    """Now and then ask the state backend what is wrong with it (a shared server that does
+    not answer, or evicts keys): in /health until it is fine again. Its answer also lets the
+    requests try the server again at once."""
+    while True:
+        problem = await asyncio.to_thread(state.stores.check)
+        if problem is None:
+            state.health.clear(STATE_SERVER)
+        else:
+            state.health.report(STATE_SERVER, problem)
+        await asyncio.sleep(STATE_WATCH_SECONDS)
+
+
 async def _reopen_state(state: ProxyState) -> None:
     """While there is no state database, try to open it now and then; once it opens,
     compression and memory injection start without a restart."""
@@ -700,9 +719,10 @@ async def _reopen_state(state: ProxyState) -> None:
 
 
 async def _stop(app: web.Application) -> None:
-    for task in (app[STATE].housekeeping, app[STATE].reopening):
+    for task in (app[STATE].housekeeping, app[STATE].reopening, app[STATE].watching):
         if task is not None:
             task.cancel()
+    await asyncio.to_thread(app[STATE].stores.close)
     app[STATE].rewrites.close()
     await app[STATE].pool.close()
 

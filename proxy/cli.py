@@ -26,7 +26,7 @@ from proxy.config import (
     unknown_environment,
 )
 from proxy.history_cli import add_history_parser, run_history
-from proxy.logs import configure_logging
+from proxy.logs import configure_logging, redact_text
 from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
 
 DESCRIPTION = """\
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     expand_cmd.add_argument(
         "--end-line", type=int, default=None, help="last line (inclusive), numbered the same way"
     )
-    add_arguments(expand_cmd, ("data_dir", "retention_days"))
+    add_arguments(expand_cmd, ("data_dir", "state_url", "retention_days"))
     add_memory_parser(commands)
     add_checkpoint_parser(commands)
     add_history_parser(commands)
@@ -153,6 +153,8 @@ async def _serve(settings: Settings) -> None:
             settings.project_dir or "unset (taken from each request)",
             ", ".join(str(root) for root in settings.allowed_roots),
         )
+        if settings.state_url:
+            log.info("state shared on %s", redact_text(settings.state_url))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -220,13 +222,14 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
         print(f"deepmem: {problem}", file=sys.stderr)
         return 2
     path = state_db_path(settings)
-    if not path.exists():
+    where = redact_text(settings.state_url) if settings.state_url else str(path)
+    if not settings.state_url and not path.exists():
         print(f"deepmem: no state database at {path} (is --data-dir right?)", file=sys.stderr)
         return 1
     try:
         result = expand(open_originals(settings), key, start, end)
     except StateUnavailable as exc:
-        print(f"deepmem: cannot expand {key} from {path}: {exc}", file=sys.stderr)
+        print(f"deepmem: cannot expand {key} from {where}: {exc}", file=sys.stderr)
         return 1
     if result.content is None:
         print(f"deepmem: {result.error}", file=sys.stderr)

@@ -127,7 +127,10 @@ def _idle_seconds(clock: RequestClock | None, session_id: str) -> float | None:
     if clock is None:
         return None
     now = time.time()
-    previous = clock.seen(session_id, now)
+    try:
+        previous = clock.seen(session_id, now)
+    except StateUnavailable:  # unknown; the addons that need the state find out themselves
+        return None
     return None if previous is None else now - previous
 
 

@@ -1,10 +1,13 @@
-"""The state database the request path keeps: originals, compression memos, injection memos."""
+"""The state the request path keeps: originals, compression memos, injection memos, and when
+each session was last seen. SQLite in the data directory by default; a Redis server that
+several replicas share when ``state_url`` names one."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memory.ccr import OriginalStore
 from memory.clock import LocalClock
@@ -12,11 +15,47 @@ from memory.db import DB_NAME, open_database
 from memory.injection_memo import InjectionMemo
 from memory.interfaces import DecisionMemos, InjectionMemos, Originals, RequestClock
 from memory.memo import MemoStore
+from memory.redis_state import (
+    RedisClock,
+    RedisDecisionMemos,
+    RedisInjectionMemos,
+    RedisOriginals,
+    RedisState,
+    redact_url,
+)
 from memory.state import StateUnavailable
-from proxy.config import Settings
 from proxy.health import Health
+from proxy.options import Option
+
+if TYPE_CHECKING:
+    from proxy.config import Settings
 
 STATE_DB = "state_db"  # the /health component: the state database cannot be opened
+STATE_SERVER = "state_server"  # the /health component: the shared state server is unwell
+STATE_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def parse_state_url(raw: object) -> str | None:
+    text = str(raw).strip()
+    if not text:
+        return None
+    if not text.lower().startswith(STATE_SCHEMES):
+        raise ValueError(f"expected a redis://, rediss:// or unix:// URL, got {redact_url(text)!r}")
+    return text
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "state_url",
+        parse_state_url,
+        None,
+        "Where the request path's state lives (originals, compression decisions, injections, "
+        "when each session was last seen). Unset: SQLite in the data directory. "
+        "'redis://[:PASSWORD@]HOST[:PORT][/DB]' (rediss:// for TLS): a Redis server that "
+        "several replicas share (see 'Running several replicas').",
+        "URL",
+    ),
+)
 
 
 @dataclass
@@ -29,6 +68,9 @@ class Stores:
     unavailable: str | None = None  # why there is no durable store: then nothing is rewritten
     retention_days: float = 30.0
     clock: RequestClock = field(default_factory=LocalClock)
+    backend: str = "sqlite"  # what /health shows: "sqlite" or the server's URL, no password
+    check: Callable[[], str | None] = lambda: None  # what is wrong with the backend, if anything
+    close: Callable[[], None] = lambda: None
 
     def housekeeping(self) -> tuple[int, int]:
         """Forget expired originals, and the memos of sessions not seen within the retention:
@@ -59,13 +101,19 @@ def state_db_path(settings: Settings) -> Path:
 
 def open_originals(settings: Settings) -> Originals:
     """The originals alone, for a process that only reads them (``deepmem expand``).
-    Raises ``StateUnavailable`` when the state database cannot be opened."""
+    Raises ``StateUnavailable`` when the state cannot be opened."""
+    if settings.state_url:
+        return RedisOriginals(RedisState(settings.state_url), settings.retention_days)
     return OriginalStore(open_database(state_db_path(settings)), settings.retention_days)
 
 
 def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
-    """The stores on the data dir's database (``in_memory``: a private one, for replay).
-    Raises ``StateUnavailable`` when it cannot be opened, read or written."""
+    """The stores on the data dir's database (``in_memory``: a private one, for replay), or
+    on the server ``state_url`` names. Raises ``StateUnavailable`` when the database cannot
+    be opened, read or written, or the URL cannot be used (a server that does not answer yet
+    is no reason: each call fails open until it does)."""
+    if settings.state_url and not in_memory:
+        return _redis_stores(settings.state_url, settings.retention_days)
     db = open_database(None if in_memory else state_db_path(settings))
     try:
         originals = OriginalStore(db, retention_days=settings.retention_days)
@@ -76,6 +124,20 @@ def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
     except StateUnavailable:
         db.close()
         raise
+
+
+def _redis_stores(url: str, retention_days: float) -> Stores:
+    state = RedisState(url)
+    return Stores(
+        RedisOriginals(state, retention_days),
+        RedisDecisionMemos(state, retention_days),
+        RedisInjectionMemos(state, retention_days),
+        retention_days=retention_days,
+        clock=RedisClock(state, retention_days),
+        backend=state.shown,
+        check=state.check,
+        close=state.close,
+    )
 
 
 def open_durable_stores(settings: Settings, health: Health) -> Stores:

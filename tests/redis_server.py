@@ -1,5 +1,5 @@
 """A real Redis server for the tests: Debian's redis-server on a free loopback port, in a temp
-dir, no persistence; installed on first use (like tests/test_dashboard.py installs Chromium)."""
+dir, no persistence; installed on first use (tests/debian.py), as Chromium is."""
 
 from __future__ import annotations
 
@@ -12,39 +12,21 @@ from pathlib import Path
 
 import pytest
 
-
-def _install_redis() -> str:
-    """Install Debian's redis-server (as root, or through sudo); the output of a failure."""
-    prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
-    if prefix is None or shutil.which("apt-get") is None:
-        return "not root, no sudo, or no apt-get"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    log = []
-    for command in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "redis-server"],
-    ):
-        done = subprocess.run(
-            prefix + command, env=env, capture_output=True, text=True, timeout=900, check=False
-        )
-        log.append(done.stdout[-2000:] + done.stderr[-2000:])
-        if done.returncode != 0:
-            break
-    return "\n".join(log)
+from tests import debian
 
 
-def redis_server_or_skip() -> str:
-    """The redis-server program, installed on first use; the test is skipped (with the
-    reason) only when it cannot be installed."""
-    found = shutil.which("redis-server")
+def redis_server_program() -> str:
+    """The redis-server program, installed on first use. A test that needs it fails when it
+    cannot be installed, unless ``DEEPMEM_REDIS=skip`` says to skip (CI never does)."""
+    if os.environ.get("DEEPMEM_REDIS") == "skip":
+        pytest.skip("DEEPMEM_REDIS=skip")
+    found, output = debian.program("redis-server", "redis-server")
     if found is None:
-        output = _install_redis()
-        found = shutil.which("redis-server")
-        if found is None:
-            pytest.skip(
-                "needs Debian's redis-server and could not install it (apt-get install -y "
-                f"--no-install-recommends redis-server): {output[-500:]}"
-            )
+        pytest.fail(
+            "the Redis tests need Debian's redis-server and could not install it: install it "
+            "(apt-get install -y --no-install-recommends redis-server), or set "
+            f"DEEPMEM_REDIS=skip\n{output[-1500:]}"
+        )
     return found
 
 

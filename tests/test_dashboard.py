@@ -10,7 +10,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from compressors.markers import marker_keys
 from compressors.tokens import estimate_bytes_tokens
 from proxy.costs import ANTHROPIC, OPENAI, PrefixTracker, StreamTokens, common_prefix_length
 from proxy.sessions import RECENT_REQUESTS, SessionRegistry
+from tests import debian
 from tests.test_proxy_compression import TOOLS, session_messages
 
 SESSION = "ses_dashboard"
@@ -290,33 +290,13 @@ def _find_chromium() -> str | None:
     return found
 
 
-def _install_chromium() -> str:
-    """Install Debian's chromium (as root, or through sudo); the output of a failure."""
-    prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
-    if prefix is None or shutil.which("apt-get") is None:
-        return "not root, no sudo, or no apt-get"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    log = []
-    for command in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-    ):
-        done = subprocess.run(
-            prefix + command, env=env, capture_output=True, text=True, timeout=900, check=False
-        )
-        log.append(done.stdout[-2000:] + done.stderr[-2000:])
-        if done.returncode != 0:
-            break
-    return "\n".join(log)
-
-
 def chromium_or_fail() -> str:
     """Debian's headless Chromium, installed on first use like the e2e test installs OpenCode."""
     if os.environ.get("DEEPMEM_BROWSER") == "skip":
         pytest.skip("DEEPMEM_BROWSER=skip")
     found = _find_chromium()
     if found is None:
-        output = _install_chromium()
+        output = debian.install("chromium")
         found = _find_chromium()
         if found is None:
             pytest.fail(

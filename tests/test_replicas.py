@@ -1,0 +1,162 @@
+"""Several replicas behind a balancer that does not pin sessions, sharing a real Redis server:
+the same bytes as one process, every key expands on every replica, fail open while Redis is
+away, back without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from compressors.markers import marker_keys
+from tests.redis_server import RedisServer, redis_server_program
+from tests.test_durability import health, post, request_body, sent_keys, tool_outputs
+
+PASSWORD = "replica-secret-7f3a"
+SESSIONS = ("ses_replica_a", "ses_replica_b")
+STEPS = range(3, 11)
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    running = RedisServer(redis_server_program(), tmp_path / "redis", PASSWORD)
+    running.directory.mkdir()
+    yield running.start()
+    running.stop()
+
+
+async def replicas(start_proxy, upstream, tmp_path: Path, redis: RedisServer, n: int = 3):
+    return [
+        await start_proxy(
+            upstream=[f"{upstream.url}/v1"],
+            data_dir=str(tmp_path / f"replica{k}"),
+            state_url=redis.url,
+        )
+        for k in range(n)
+    ]
+
+
+def forwarded(upstream) -> list[bytes]:
+    return [request.body for request in upstream.requests]
+
+
+def markers_in_last(upstream) -> list[str]:
+    messages = orjson.loads(upstream.requests[-1].body)["messages"]
+    return [key for m in messages for key in marker_keys(m.get("content") or "")]
+
+
+async def test_round_robin_replicas_forward_what_one_process_forwards(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    alone = await start_proxy(upstream=[f"{upstream.url}/v1"], data_dir=str(tmp_path / "alone"))
+    for session in SESSIONS:
+        for steps in STEPS:
+            await post(client, alone, request_body(steps), session)
+    reference = forwarded(upstream)
+    upstream.requests.clear()
+
+    group = await replicas(start_proxy, upstream, tmp_path, redis)
+    turn = 0
+    for session in SESSIONS:
+        for steps in STEPS:  # round robin, the sessions' requests spread over every replica
+            await post(client, group[turn % len(group)], request_body(steps), session)
+            turn += 1
+    assert forwarded(upstream) == reference
+    keys = set(sent_keys(upstream))
+    assert keys, "the sessions were compressed"
+
+    originals = tool_outputs(STEPS[-1])
+    for replica in group:  # a key one replica compressed expands on every other
+        for key in sorted(keys):
+            async with client.get(f"{replica.url}/expand/ccr:{key}") as response:
+                assert response.status == 200
+                assert await response.read() == originals[key].encode()
+    status, report = await health(client, group[0])
+    assert status == 200 and report["state"] == f"redis://<redacted>@127.0.0.1:{redis.port}/0"
+    assert PASSWORD not in orjson.dumps(report).decode()
+
+
+async def test_without_redis_requests_go_through_unchanged_and_come_back_after(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    group = await replicas(start_proxy, upstream, tmp_path, redis, n=2)
+    session = SESSIONS[0]
+    for steps in (3, 4):
+        await post(client, group[steps % 2], request_body(steps), session)
+    assert markers_in_last(upstream)
+
+    redis.stop()
+    for steps in (5, 6):
+        body = request_body(steps)
+        await post(client, group[steps % 2], body, session)
+        assert upstream.requests[-1].body == body  # fail open: the client's bytes
+        status, report = await health(client, group[steps % 2])
+        assert status == 503 and "127.0.0.1" in report["problems"]["state_db_writes"]
+        assert PASSWORD not in orjson.dumps(report).decode()
+
+    redis.start()  # the same port, empty: what was decided before is gone with it
+    await asyncio.sleep(2.1)  # a replica that found it away waits a moment before trying
+    body = request_body(7)
+    await post(client, group[1], body, session)
+    assert upstream.requests[-1].body != body  # compressed again, without a restart
+    await post(client, group[0], request_body(8), session)
+    assert markers_in_last(upstream)
+    status, report = await health(client, group[1])
+    assert status == 200, report
+
+
+async def test_a_replica_started_before_redis_works_once_it_answers(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    redis.stop()
+    (replica,) = await replicas(start_proxy, upstream, tmp_path, redis, n=1)
+    body = request_body(4)
+    await post(client, replica, body, SESSIONS[1])
+    assert upstream.requests[-1].body == body
+    status, report = await health(client, replica)
+    assert status == 503 and set(report["problems"]) & {"state_server", "state_db_writes"}
+    redis.start()
+    await asyncio.sleep(2.1)
+    await post(client, replica, request_body(5), SESSIONS[1])
+    assert markers_in_last(upstream)
+
+
+def test_expand_on_the_command_line_reads_the_shared_state(tmp_path: Path, redis, capsys):
+    from compressors.markers import ccr_key
+    from memory.redis_state import RedisOriginals, RedisState
+    from proxy.cli import main
+
+    state = RedisState(redis.url)
+    original = "line one\nline two\n"
+    RedisOriginals(state).put_many({ccr_key(original): original})
+    state.close()
+    code = main(
+        [
+            "expand",
+            f"ccr:{ccr_key(original)}",
+            "--state-url",
+            redis.url,
+            "--data-dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    assert capsys.readouterr().out == original
+
+
+async def test_replicas_racing_on_the_same_request_forward_one_form(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    group = await replicas(start_proxy, upstream, tmp_path, redis, n=2)
+    session = "ses_race"
+    for steps in range(3, 9):  # each request to both replicas at once (a client's retry)
+        body = request_body(steps)
+        before = len(upstream.requests)
+        await asyncio.gather(*(post(client, replica, body, session) for replica in group))
+        first, second = (request.body for request in upstream.requests[before:])
+        assert first == second
+        if steps > 3:
+            assert first != body  # both compressed: the one that lost the race decided again
