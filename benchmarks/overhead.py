@@ -7,7 +7,11 @@ body once direct and once through the proxy, alternating which goes first (DESIG
     python -m benchmarks.overhead                          # full run
     python -m benchmarks.overhead --iterations-scale 0.1   # quick run
     python -m benchmarks.overhead --json                   # machine-readable
+    python -m benchmarks.overhead --backend both           # SQLite, then Redis, and the ratio
 
+``--backend redis`` keeps the proxy's state on a Redis server of the benchmark's own
+(Debian's ``redis-server`` on a loopback port, as replicas would share it); ``both`` measures
+SQLite and then Redis in the same run and prints each table and the ratio of their overheads.
 Exits 1 when a p50 overhead misses its goal.
 """
 
@@ -20,6 +24,7 @@ import itertools
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -234,13 +239,15 @@ async def measure(
     return Result(scenario, times[direct], times[proxied])
 
 
-async def run(scenarios: list[Scenario], warmup: int) -> list[Result]:
+async def run(
+    scenarios: list[Scenario], warmup: int, proxy_args: Sequence[str] = ()
+) -> list[Result]:
     upstream_port, proxy_port = free_port(), free_port()
     direct = f"http://127.0.0.1:{upstream_port}{PATH}"
     proxied = f"http://127.0.0.1:{proxy_port}{PATH}"
     with (
         tempfile.TemporaryDirectory(prefix="deepmem-bench-") as data_dir,
-        children(upstream_port, proxy_port, data_dir) as (upstream, proxy),
+        children(upstream_port, proxy_port, data_dir, proxy_args) as (upstream, proxy),
     ):
         connector = aiohttp.TCPConnector(limit=4, keepalive_timeout=60)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -290,6 +297,12 @@ def main() -> int:
         help="multiply every iteration count (and the warm-up) by this; 0.1 for a quick run",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "redis", "both"),
+        default="sqlite",
+        help="where the proxy keeps its state (redis: a server the benchmark starts)",
+    )
     args = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C, so the children are ended either way.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -303,8 +316,12 @@ def main() -> int:
         Scenario("100K tokens", large, count(100), 5.0),
         Scenario("stream TTFB", small_body(stream=True), count(300), 1.0, ttfb=True),
     ]
+    backends = ["sqlite", "redis"] if args.backend == "both" else [args.backend]
+    runs: dict[str, list[Result]] = {}
     try:
-        results = asyncio.run(run(scenarios, count(WARMUP)))
+        for backend in backends:
+            with state_args(backend) as proxy_args:
+                runs[backend] = asyncio.run(run(scenarios, count(WARMUP), proxy_args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -318,11 +335,52 @@ def main() -> int:
         "large_body_tokens": count_tokens(large),
     }
     if args.json:
-        scenario_results = {r.scenario.name: r.summary() for r in results}
+        by_backend = {
+            backend: {r.scenario.name: r.summary() for r in results}
+            for backend, results in runs.items()
+        }
+        scenario_results = by_backend[backends[0]] if len(backends) == 1 else by_backend
         print(json.dumps({"meta": meta, "unit": "ms", "scenarios": scenario_results}, indent=2))
     else:
-        print_table(results, meta)
-    return 0 if all(r.summary()["pass"] for r in results) else 1
+        for backend, results in runs.items():
+            print(f"== state: {backend}")
+            print_table(results, meta)
+        if len(runs) == 2:
+            print_ratios(runs["sqlite"], runs["redis"])
+    return 0 if all(r.summary()["pass"] for results in runs.values() for r in results) else 1
+
+
+@contextlib.contextmanager
+def state_args(backend: str) -> Iterator[list[str]]:
+    """The proxy's flags for the backend; for Redis, a server of its own while it runs."""
+    if backend != "redis":
+        yield []
+        return
+    from benchmarks.redis_server import RedisServer
+
+    program = shutil.which("redis-server")
+    if program is None:
+        raise SystemExit(
+            "--backend redis needs Debian's redis-server (apt-get install redis-server)"
+        )
+    with tempfile.TemporaryDirectory(prefix="deepmem-bench-redis-") as directory:
+        server = RedisServer(program, Path(directory)).start()
+        try:
+            yield ["--state-url", server.url]
+        finally:
+            server.stop()
+
+
+def print_ratios(sqlite: list[Result], redis: list[Result]) -> None:
+    """Redis against SQLite: the ratio of their p50 overheads, scenario by scenario."""
+    print("Redis / SQLite overhead, p50 (paired):")
+    for on_sqlite, on_redis in zip(sqlite, redis, strict=True):
+        a, b = on_sqlite.summary(), on_redis.summary()
+        base, shared = float(a["overhead_p50"]), float(b["overhead_p50"])  # type: ignore[arg-type]
+        print(
+            f"  {on_sqlite.scenario.name:<22}{shared:.3f} / {base:.3f} ms = {shared / base:.2f}"
+            f"   (paired {b['paired_median']:.3f} / {a['paired_median']:.3f} ms)"
+        )
 
 
 if __name__ == "__main__":
