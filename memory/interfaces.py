@@ -1,8 +1,8 @@
 """What the request path needs of its state: originals, compression decisions, injections,
-and when each session was last seen.
+and of each session when it was last seen, its last agent request and its project.
 
 Each protocol has an embedded implementation (SQLite: ``memory/ccr.py``, ``memory/memo.py``,
-``memory/injection_memo.py``; in process: ``memory/clock.py``); a shared backend for several
+``memory/injection_memo.py``; in process: ``memory/in_process.py``); a shared backend for several
 replicas implements the same methods. Every implementation raises
 ``memory.state.StateUnavailable`` (or its subclass ``StateConflict``) for any failure of its
 backend, never the backend's own error type.
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from compressors.pipeline import Decision, SessionMemo
+from compressors.view import Dialect
 from memory.injection_memo import Injected, SessionInjections
 
 
@@ -80,3 +81,27 @@ class RequestClock(Protocol):
     def seen(self, session_id: str, now: float) -> float | None:
         """Record a request of the session at ``now`` (seconds since the epoch); the time of
         its previous one, or None for the first one seen."""
+
+
+class Histories(Protocol):
+    """Each session's last agent request, from which a compaction's checkpoint is built."""
+
+    def remember(self, session_id: str, dialect: Dialect, raw: bytes) -> None:
+        """Keep this body as the session's last (it may be kept after this returns; failing
+        to keep it only makes a later checkpoint fall back to the compaction's transcript)."""
+
+    def get(self, session_id: str) -> tuple[Dialect, bytes] | None:
+        """The session's last agent request kept, if any."""
+
+
+class ProjectActivity(Protocol):
+    """Which project each session works in, and which projects were active lately."""
+
+    def note(self, session_id: str, project: str, now: float) -> None:
+        """The session's request named ``project`` (an absolute path) at ``now``."""
+
+    def project_of(self, session_id: str) -> str | None:
+        """The project the session's requests last named."""
+
+    def active_since(self, since: float) -> list[str]:
+        """The projects some session named at or after ``since``, sorted."""

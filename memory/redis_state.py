@@ -15,6 +15,9 @@ Keys (the prefix, ``deepmem:`` by default, comes first; a session id is its UTF-
                              field ``d:<fingerprint>`` per compression decision
     deepmem:inj:<session>    hash: anchor (``system`` for the stable block) -> turn, tags, text
     deepmem:seen:<session>   string: the time of the session's latest chat request
+    deepmem:history:<session>  hash: the session's last agent request (at, dialect, body)
+    deepmem:project:<session>  string: the project the session's requests last named
+    deepmem:active           sorted set: project -> when a session last named it
 
 TTLs: an original lives ``retention_days`` after the last request that stored it (every
 write refreshes it, at most once per ``cache_seconds`` per process: keys known to be stored
@@ -53,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import math
 import re
 import threading
@@ -70,6 +74,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from compressors.markers import normalize_key, utf8
 from compressors.pipeline import Decision, SessionMemo
+from compressors.view import Dialect
 from memory.injection_memo import LIVE_BYTES as INJECTION_LIVE_BYTES
 from memory.injection_memo import SYSTEM_ANCHOR, Injected, SessionInjections
 from memory.memo import LIVE_BYTES as MEMO_LIVE_BYTES
@@ -77,6 +82,7 @@ from memory.memo import memo_size
 from memory.state import StateConflict, StateUnavailable
 
 T = TypeVar("T")
+log = logging.getLogger("deepmem.state")
 
 DEFAULT_PREFIX = "deepmem:"
 QUIET_SECONDS = 2.0  # after Redis could not be reached, calls fail at once for this long
@@ -176,7 +182,9 @@ class RedisState:
                 url,
                 socket_connect_timeout=connect_timeout,
                 socket_timeout=socket_timeout,
-                retry=Retry(NoBackoff(), 0),  # fail open at once; the next call reconnects
+                # One retry, on a new connection: after a server restart every pooled one is
+                # dead. Refused connections fail at once either way.
+                retry=Retry(NoBackoff(), 1),
                 decode_responses=False,
             )
         except (ValueError, RedisError) as exc:
@@ -232,6 +240,28 @@ class RedisState:
             raise StateUnavailable(f"{doing} on {self.shown}: {_reason(exc)}") from exc
         self._quiet_until = 0.0
         return result
+
+    def submit(self, doing: str, call: Callable[[Redis], Awaitable[object]]) -> None:
+        """``call(client)`` on the private loop without waiting for it: for a write nothing
+        depends on at once. A failure is logged (and makes calls fail at once for a moment,
+        like ``run``); nothing is sent while they do."""
+        if self._closed or time.monotonic() < self._quiet_until:
+            return
+
+        async def go() -> object:
+            return await call(self.client)
+
+        def done(future: concurrent.futures.Future[object]) -> None:
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is None:
+                return
+            if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+                self._went_quiet(_reason(exc))
+            log.warning("%s on %s: %s", doing, self.shown, _reason(exc))
+
+        asyncio.run_coroutine_threadsafe(go(), self._loop).add_done_callback(done)
 
     def _went_quiet(self, why: str) -> None:
         self._quiet_until = time.monotonic() + self.quiet_seconds
@@ -586,3 +616,113 @@ class RedisClock:
             lambda client: client.set(key, repr(now), ex=self._ttl, get=True),
         )
         return float(previous) if previous else None
+
+
+HISTORY_SECONDS = 86_400  # a session's last agent request waits this long for a compaction
+HISTORY_MAX_BYTES = 64 * 1024 * 1024
+
+# Keeps a session's last agent request (ARGV: at, dialect, body, TTL) unless a newer one is
+# there already: the writes are not waited for, so two may arrive out of order.
+_REMEMBER = """
+local at = redis.call('HGET', KEYS[1], 'at')
+if at and tonumber(at) > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'at', ARGV[1], 'dialect', ARGV[2], 'body', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+
+class RedisHistories:
+    """``Histories`` on Redis: each session's last agent request, written without waiting (a
+    compaction comes seconds after the request it follows), read by the replica that gets the
+    compaction. Costs Redis one body per session for a day, and the bandwidth of every agent
+    request (sent once, not on the request's way upstream)."""
+
+    def __init__(self, state: RedisState, ttl_seconds: int = HISTORY_SECONDS) -> None:
+        self.state = state
+        self._ttl = ttl_seconds
+        self._remember = state.client.register_script(_REMEMBER)
+
+    def _key(self, session_id: str) -> bytes:
+        return self.state.key(b"history", utf8(session_id))
+
+    def remember(self, session_id: str, dialect: Dialect, raw: bytes) -> None:
+        if len(raw) > HISTORY_MAX_BYTES:
+            return
+        key, args = self._key(session_id), [repr(time.time()), dialect.value, raw, self._ttl]
+        self.state.submit(
+            f"cannot keep the last request of session {session_id}",
+            lambda client: self._remember(keys=[key], args=args, client=client),
+        )
+
+    def get(self, session_id: str) -> tuple[Dialect, bytes] | None:
+        key = self._key(session_id)
+        dialect, body = cast(
+            list[bytes | None],
+            self.state.run(
+                f"cannot read the last request of session {session_id}",
+                lambda client: client.hmget(key, [b"dialect", b"body"]),
+            ),
+        )
+        if dialect is None or body is None:
+            return None
+        try:
+            return Dialect(dialect.decode()), body
+        except ValueError:  # written by a version that knew another format
+            return None
+
+
+class RedisActivity:
+    """``ProjectActivity`` on Redis: a session's project (one string each) and the projects
+    named lately (one sorted set), written without waiting and at most once a minute per
+    session and project from each replica."""
+
+    NOTE_EVERY = 60.0  # seconds between two notes of the same session and project
+    ACTIVE_KEEP = 86_400.0  # projects not named for this long leave the sorted set
+
+    def __init__(self, state: RedisState, retention_days: float = 30.0) -> None:
+        self.state = state
+        self._ttl = _seconds(retention_days)
+        self._noted: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=100_000, ttl=self.NOTE_EVERY
+        )
+        self._lock = threading.Lock()
+
+    def note(self, session_id: str, project: str, now: float) -> None:
+        with self._lock:
+            if (session_id, project) in self._noted:
+                return
+            self._noted[(session_id, project)] = True
+        session_key = self.state.key(b"project", utf8(session_id))
+        active_key = self.state.prefix + b"active"
+
+        async def write(client: Redis) -> object:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.set(session_key, utf8(project), ex=self._ttl)
+                pipe.zadd(active_key, {utf8(project): now})
+                pipe.zremrangebyscore(active_key, "-inf", now - self.ACTIVE_KEEP)
+                return await pipe.execute()
+
+        self.state.submit(f"cannot note the project of session {session_id}", write)
+
+    def project_of(self, session_id: str) -> str | None:
+        key = self.state.key(b"project", utf8(session_id))
+        found = cast(
+            bytes | None,
+            self.state.run(
+                f"cannot read the project of session {session_id}",
+                lambda client: client.get(key),
+            ),
+        )
+        return _text(found) if found is not None else None
+
+    def active_since(self, since: float) -> list[str]:
+        key = self.state.prefix + b"active"
+        found = cast(
+            list[bytes],
+            self.state.run(
+                "cannot read the active projects",
+                lambda client: client.zrangebyscore(key, since, "+inf"),
+            ),
+        )
+        return sorted(_text(path) for path in found)

@@ -59,6 +59,7 @@ def build_addons(
                 stores.originals,
                 compression_settings(settings),
                 health,
+                stores.histories,
             )
         )
     if settings.compress:

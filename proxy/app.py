@@ -736,7 +736,7 @@ def create_app(settings: Settings, addons: list[Addon] | None = None) -> web.App
     )
     health = Health()
     stores = open_durable_stores(settings, health)  # without one, every request is relayed
-    memory = memory_service(settings)
+    memory = memory_service(settings, stores.activity)
     own_addons = addons is None
     if addons is None:
         addons = build_addons(settings, stores, memory, health)

@@ -18,26 +18,25 @@ a ``<conversation>`` transcript) it, in order:
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from cachetools import LRUCache
 
 from compressors.pipeline import CompressionSettings
 from compressors.transcript import compress_transcript
 from compressors.transcript_grammar import CLOSE
-from compressors.view import Conversation, Dialect, Kind, Role
+from compressors.view import Conversation, Kind, Role
 from compressors.wire import parse_conversation
 from memory.archive import archive_paths, write_checkpoint
 from memory.catalog import MemoryCatalog
 from memory.checkpoint import Checkpoint, extract, extract_transcript
 from memory.files import LockTimeout
+from memory.in_process import LocalHistories
 from memory.injection import wrap
-from memory.interfaces import Originals
+from memory.interfaces import Histories, Originals
 from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
 from proxy.compression import STATE_WRITES
@@ -141,40 +140,6 @@ class CompactionReport:
         tally.checkpoints += self.checkpoint is not None
 
 
-HISTORY_BYTES = 64 * 1024 * 1024
-
-
-class HistoryCache:
-    """The last agent request body of each session, bounded in sessions and bytes; safe to
-    share between threads."""
-
-    def __init__(self, max_sessions: int = 128, max_bytes: int = HISTORY_BYTES) -> None:
-        self._bodies: LRUCache[str, tuple[Dialect, bytes]] = LRUCache(
-            maxsize=max_bytes, getsizeof=lambda entry: len(entry[1]) or 1
-        )
-        self._max_sessions = max_sessions
-        self._lock = threading.Lock()
-
-    def remember(self, session_id: str, dialect: Dialect, raw: bytes) -> None:
-        with self._lock:
-            if len(raw) > self._bodies.maxsize:
-                # Too large to keep: a compaction then falls back to its own transcript,
-                # never to an older body of the session.
-                self._bodies.pop(session_id, None)
-                return
-            self._bodies[session_id] = (dialect, raw)
-            while len(self._bodies) > self._max_sessions:
-                self._bodies.popitem()
-
-    def get(self, session_id: str) -> tuple[Dialect, bytes] | None:
-        with self._lock:
-            return self._bodies.get(session_id)
-
-    @property
-    def bytes(self) -> int:
-        return int(self._bodies.currsize)
-
-
 def history_messages(conversation: Conversation) -> list[Any]:
     """The wire messages of a request, with a top-level system prompt as a first message."""
     return conversation.wire.history_messages(conversation.body)
@@ -187,7 +152,7 @@ class CompactionStage:
     originals: Originals
     compression: CompressionSettings
     health: Health | None = None
-    histories: HistoryCache = field(default_factory=HistoryCache)
+    histories: Histories = field(default_factory=LocalHistories)
 
     def request(self, conversation: Conversation, flow: Flow) -> bool:
         if flow.kind is RequestKind.AGENT:

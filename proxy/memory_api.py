@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memory.catalog import MemoryCatalog, MemorySettings, ProjectMemory
+from memory.interfaces import ProjectActivity
 from memory.search import Hit
 from memory.store import SECTIONS, Entry, MemoryStoreError
 from proxy.options import Option, choice, parse_fraction
@@ -71,7 +72,9 @@ class MemoryService:
         return self.catalog.get(choice.path), choice
 
 
-def memory_service(settings: Settings) -> MemoryService:
+def memory_service(settings: Settings, activity: ProjectActivity | None = None) -> MemoryService:
+    """The memory catalog and project resolver; ``activity``: where sessions' projects are
+    noted (the stores' own, shared by replicas; in process when None)."""
     catalog = MemoryCatalog(
         settings.data_dir,
         MemorySettings(
@@ -81,7 +84,7 @@ def memory_service(settings: Settings) -> MemoryService:
         ),
     )
     projects = ProjectResolver(
-        settings.project_dir, settings.allowed_roots, settings.memory_dir_name
+        settings.project_dir, settings.allowed_roots, settings.memory_dir_name, activity
     )
     return MemoryService(catalog, projects)
 

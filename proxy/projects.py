@@ -25,6 +25,8 @@ from pathlib import Path
 from cachetools import LRUCache
 
 from compressors.view import Conversation
+from memory.in_process import LocalActivity
+from memory.interfaces import ProjectActivity
 from memory.project import (
     DEFAULT_MEMORY_DIRNAME,
     PROJECT_HEADER,
@@ -32,6 +34,7 @@ from memory.project import (
     check_project_dir,
     explain_project_dir,
 )
+from memory.state import StateUnavailable
 from proxy.flow import Flow
 from proxy.options import Option, parse_dir_name, parse_list, parse_optional_str
 from proxy.sessions import RequestKind
@@ -85,13 +88,14 @@ class ProjectResolver:
         configured: Path | None,
         allowed_roots: tuple[Path, ...],
         dirname: str = DEFAULT_MEMORY_DIRNAME,
+        activity: ProjectActivity | None = None,
     ) -> None:
         self.configured = configured
         self.allowed_roots = list(allowed_roots)
         self.dirname = dirname
+        # Which project each session names: shared by replicas when the state is.
+        self.activity: ProjectActivity = activity or LocalActivity()
         self._cache: LRUCache[tuple[str, str | None], Resolution] = LRUCache(maxsize=4096)
-        self._active: dict[Path, float] = {}
-        self._sessions: LRUCache[str, Path] = LRUCache(maxsize=4096)
         self._lock = threading.Lock()
 
     def for_request(
@@ -114,20 +118,25 @@ class ProjectResolver:
             if agent:
                 with self._lock:
                     self._cache[key] = found
-        with self._lock:
-            if found.path is not None:
-                self._active[found.path] = time.monotonic()
-                self._sessions[session_id] = found.path
-                return found
-            known = self._sessions.get(session_id) if found.source is None else None
+        if found.path is not None:
+            self.activity.note(session_id, str(found.path), time.time())
+            return found
+        if agent or found.source is not None:
+            # An agent request names no project: neither do the others of its session (they
+            # carry the same system prompt), so only a compaction request asks what it was.
+            return found
+        try:
+            known = self.activity.project_of(session_id)
+        except StateUnavailable as exc:
+            return Resolution(None, None, f"the project of session {session_id} is unknown: {exc}")
         if known is not None:
-            return Resolution(known, "session", f"the project session {session_id} named")
+            return Resolution(Path(known), "session", f"the project session {session_id} named")
         return found
 
     def for_session(self, session_id: str) -> Path | None:
-        """The project the session's requests last named, if this process saw one."""
-        with self._lock:
-            return self._sessions.get(session_id)
+        """The project the session's requests last named, if one was seen."""
+        known = self.activity.project_of(session_id)
+        return Path(known) if known is not None else None
 
     def check(self, raw: str, source: str) -> Path:
         """An explicitly named project, or ``ValueError`` saying why it is refused."""
@@ -137,9 +146,7 @@ class ProjectResolver:
         return resolution.path
 
     def active(self, window: float = ACTIVE_WINDOW) -> list[Path]:
-        horizon = time.monotonic() - window
-        with self._lock:
-            return sorted(path for path, seen in self._active.items() if seen >= horizon)
+        return [Path(path) for path in self.activity.active_since(time.time() - window)]
 
     def for_call(self, argument: str | None, endpoint: str | None) -> ProjectChoice:
         """The project of an MCP/HTTP memory call, by the rule in this module's docstring."""

@@ -10,14 +10,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memory.ccr import OriginalStore
-from memory.clock import LocalClock
 from memory.db import DB_NAME, open_database
+from memory.in_process import LocalActivity, LocalClock, LocalHistories
 from memory.injection_memo import InjectionMemo
-from memory.interfaces import DecisionMemos, InjectionMemos, Originals, RequestClock
+from memory.interfaces import (
+    DecisionMemos,
+    Histories,
+    InjectionMemos,
+    Originals,
+    ProjectActivity,
+    RequestClock,
+)
 from memory.memo import MemoStore
 from memory.redis_state import (
+    RedisActivity,
     RedisClock,
     RedisDecisionMemos,
+    RedisHistories,
     RedisInjectionMemos,
     RedisOriginals,
     RedisState,
@@ -68,6 +77,8 @@ class Stores:
     unavailable: str | None = None  # why there is no durable store: then nothing is rewritten
     retention_days: float = 30.0
     clock: RequestClock = field(default_factory=LocalClock)
+    histories: Histories = field(default_factory=LocalHistories)
+    activity: ProjectActivity = field(default_factory=LocalActivity)
     backend: str = "sqlite"  # what /health shows: "sqlite" or the server's URL, no password
     check: Callable[[], str | None] = lambda: None  # what is wrong with the backend, if anything
     close: Callable[[], None] = lambda: None
@@ -134,6 +145,8 @@ def _redis_stores(url: str, retention_days: float) -> Stores:
         RedisInjectionMemos(state, retention_days),
         retention_days=retention_days,
         clock=RedisClock(state, retention_days),
+        histories=RedisHistories(state),
+        activity=RedisActivity(state, retention_days),
         backend=state.shown,
         check=state.check,
         close=state.close,

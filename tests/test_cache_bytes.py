@@ -8,9 +8,10 @@ import orjson
 from compressors.pipeline import Decision
 from memory.ccr import OriginalStore
 from memory.db import open_database
+from memory.in_process import HISTORY_BYTES
 from memory.injection_memo import Injected, InjectionMemo
 from memory.memo import MemoStore
-from proxy.compaction import HISTORY_BYTES, CompactionStage
+from proxy.compaction import CompactionStage
 from proxy.costs import MAX_BYTES, PrefixTracker
 from proxy.sessions import SessionRegistry
 

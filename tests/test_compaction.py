@@ -390,9 +390,9 @@ async def _compact_and_check_health(start_proxy, upstream, client, home, project
 
 def test_history_cache_is_bounded_in_sessions_and_bytes():
     from compressors.view import Dialect
-    from proxy.compaction import HistoryCache
+    from memory.in_process import LocalHistories
 
-    cache = HistoryCache(max_sessions=3, max_bytes=1000)
+    cache = LocalHistories(max_sessions=3, max_bytes=1000)
     for n in range(5):
         cache.remember(f"s{n}", Dialect.OPENAI_CHAT, b"x" * 100)
     assert [cache.get(f"s{n}") is not None for n in range(5)] == [False, False, True, True, True]

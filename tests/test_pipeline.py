@@ -510,7 +510,7 @@ def test_two_replicas_on_one_state_forward_the_bytes_one_process_would(tmp_path)
 
 
 def test_the_clock_tells_the_addons_how_long_a_session_was_idle() -> None:
-    from memory.clock import LocalClock
+    from memory.in_process import LocalClock
 
     idle: list[float | None] = []
 

@@ -160,3 +160,40 @@ async def test_replicas_racing_on_the_same_request_forward_one_form(
         assert first == second
         if steps > 3:
             assert first != body  # both compressed: the one that lost the race decided again
+
+
+async def test_a_compaction_on_another_replica_builds_the_checkpoint_from_the_session(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    from memory.archive import LOG_FILE, RAW_FILE
+    from tests.test_compaction import COMPACTION, agent_body, send
+    from tests.test_memory_injection import make_project
+
+    home, project = make_project(tmp_path, None)
+    group = [
+        await start_proxy(
+            upstream=[f"{upstream.url}/v1"],
+            data_dir=str(tmp_path / f"replica{k}"),
+            state_url=redis.url,
+            allowed_roots=str(home),
+        )
+        for k in range(2)
+    ]
+    agent = agent_body(project)
+    await send(client, group[0], "/v1/chat/completions", agent, "ses_moved")
+    await asyncio.sleep(0.2)  # its body is kept without being waited for; a compaction comes later
+    await send(client, group[1], "/v1/chat/completions", COMPACTION["body"], "ses_moved")
+
+    memory_dir = project / ".deep-memory"  # the session's project, though B never saw it named
+    raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
+    assert raw["sessionID"] == "ses_moved" and raw["messages"] == agent["messages"]
+    [line] = (memory_dir / LOG_FILE).read_text().splitlines()
+    assert orjson.loads(line)["source"] == "proxy"  # A's request, not the transcript
+    system = orjson.loads(upstream.requests[-1].body)["messages"][0]["content"]
+    assert str(memory_dir / "sessions" / "ses_moved") in system
+
+    # a memory call on B chooses the project the active session (served by both) works in
+    async with client.get(f"{group[1].url}/memory/search?q=anything") as response:
+        assert response.status == 200, await response.text()
+        found = await response.json()
+    assert found["project"] == str(project)

@@ -12,7 +12,7 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,10 @@ from compressors.markers import ccr_key
 from compressors.pipeline import Decision
 from memory.injection_memo import Injected
 from memory.redis_state import (
+    RedisActivity,
+    RedisClock,
     RedisDecisionMemos,
+    RedisHistories,
     RedisInjectionMemos,
     RedisOriginals,
     RedisState,
@@ -482,3 +485,45 @@ def test_no_committed_decision_is_ever_lost(
     assert committed <= stored.decisions.keys()
     assert not refused & stored.decisions.keys()
     assert stored.version == len(committed)
+
+
+def _eventually(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + 2
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_clock_returns_the_previous_request_on_every_replica(state: RedisState) -> None:
+    session = new_session()
+    first, second = RedisClock(state), RedisClock(state)
+    assert first.seen(session, 100.0) is None
+    assert second.seen(session, 160.5) == 100.0
+    assert first.seen(session, 170.0) == 160.5
+
+
+def test_a_sessions_last_request_is_kept_for_the_replica_that_gets_its_compaction(
+    state: RedisState,
+) -> None:
+    from compressors.view import Dialect
+
+    session = new_session()
+    writer, reader = RedisHistories(state), RedisHistories(state)
+    assert reader.get(session) is None
+    writer.remember(session, Dialect.ANTHROPIC, b'{"messages": [1]}')
+    assert _eventually(lambda: reader.get(session) == (Dialect.ANTHROPIC, b'{"messages": [1]}'))
+    writer.remember(session, Dialect.OPENAI_CHAT, b"\x00\xff newer")
+    assert _eventually(lambda: reader.get(session) == (Dialect.OPENAI_CHAT, b"\x00\xff newer"))
+
+
+def test_a_sessions_project_and_the_active_projects_are_shared(state: RedisState) -> None:
+    session = new_session()
+    a, b = RedisActivity(state), RedisActivity(state)
+    now = time.time()
+    a.note(session, "/work/app", now)
+    assert _eventually(lambda: b.project_of(session) == "/work/app")
+    assert "/work/app" in b.active_since(now - 1)
+    assert "/work/app" not in b.active_since(now + 1)
+    assert b.project_of(new_session()) is None
