@@ -1,6 +1,7 @@
-"""The state the request path keeps: originals, compression memos, injection memos, and when
-each session was last seen. SQLite in the data directory by default; a Redis server that
-several replicas share when ``state_url`` names one."""
+"""The state the request path keeps: originals, compression memos, injection memos, and of
+each session when it was last seen, its last agent request and its project. SQLite in the data
+directory by default; a Redis server that several replicas share when ``state_url`` names
+one."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ OPTIONS: tuple[Option, ...] = (
         parse_state_url,
         None,
         "Where the request path's state lives (originals, compression decisions, injections, "
-        "when each session was last seen). Unset: SQLite in the data directory. "
+        "and of each session when it was last seen, its last request and its project). Unset: "
+        "SQLite in the data directory. "
         "'redis://[:PASSWORD@]HOST[:PORT][/DB]' (rediss:// for TLS): a Redis server that "
         "several replicas share (see 'Running several replicas').",
         "URL",
@@ -69,7 +71,8 @@ OPTIONS: tuple[Option, ...] = (
 
 @dataclass
 class Stores:
-    """What the proxy keeps in its state database."""
+    """The state the request path keeps, on one backend: SQLite (the session state in
+    process), or a Redis server replicas share."""
 
     originals: Originals
     memos: DecisionMemos
