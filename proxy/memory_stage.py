@@ -97,6 +97,9 @@ class MemoryStage:
         changed = False
         if memo.stable is None:
             self.memo.set_stable(session, compose(self._decide(moment))[0])
+            # What is stored now (another process may have decided first), whichever copy
+            # the store keeps live.
+            moment.memo = memo = self.memo.load(session)
         if memo.stable:
             changed = conversation.append_to_system(memo.stable)
             report.injected_tokens += estimate_tokens(memo.stable) if changed else 0
@@ -121,6 +124,8 @@ class MemoryStage:
         for k in fresh:  # older messages seen for the first time: nothing to add, look once
             if anchors[k] not in memo.by_anchor:
                 self.memo.add(session, anchors[k], Injected("", memo.turns))
+        if fresh:
+            memo = self.memo.load(session)  # what is stored now, as on every later request
         for (index, _), anchor in zip(users, anchors, strict=True):
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""

@@ -123,3 +123,30 @@ def test_the_list_follows_the_settings_in_block_order():
     assert kinds == [StableBlock, Resume, Recall, Nudges, Captures]
     quiet = replace(Settings(), memory_inject=False, resume=False, memory_nudges=False)
     assert [type(i) for i in build_injections(quiet)] == [Captures]
+
+
+def test_a_store_that_keeps_no_live_copy_still_sends_the_same_bytes_first(tmp_path):
+    """The first request of a session carries what later ones do, even when the memo store
+    hands out a fresh copy on every load (nothing kept live)."""
+    import orjson
+
+    from memory.db import open_database
+    from memory.injection_memo import InjectionMemo
+    from memory.project import Resolution
+    from proxy.memory_stage import MemoryStage
+
+    found = moment(tmp_path, ["how do deploys reach the staging cluster?"])
+    catalog = MemoryCatalog(tmp_path / "data", MemorySettings(".deep-memory"))
+    memo = InjectionMemo(open_database(None), live_bytes=1)
+    stage = MemoryStage(catalog, memo, build_injections(Settings()))
+    project = found.memory.project_dir
+    sent = []
+    for _ in range(2):
+        body = orjson.loads(orjson.dumps(found.conversation.body))
+        conversation = parse_conversation(Dialect.OPENAI_CHAT, body)
+        flow = Flow(Dialect.OPENAI_CHAT, "session-1", RequestKind.AGENT)
+        flow.project = Resolution(project, "config", "test")
+        assert stage.request(conversation, flow)
+        sent.append(orjson.dumps(body))
+    assert sent[0] == sent[1] and b"Never call the network" in sent[0]
+    assert b"staging cluster first" in sent[0]
