@@ -5,8 +5,12 @@ every original expands on every replica (``/expand`` and the MCP tool ``deep_exp
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
+import signal
+import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +22,14 @@ import pytest
 from aiohttp import web
 
 from benchmarks.overhead import free_port
-from benchmarks.replicas import Balancer, Replica, start_replica, stop_replica, wait_ready
+from benchmarks.replicas import (
+    Balancer,
+    Replica,
+    split_data_dir,
+    start_replica,
+    stop_replica,
+    wait_ready,
+)
 from compressors.markers import ccr_key, marker_keys
 from tests.fake_upstream import FakeUpstream
 from tests.redis_server import RedisServer, redis_server_program
@@ -315,3 +326,48 @@ async def test_a_note_kept_by_one_replica_is_recalled_by_another(
     assert b"never scp" in reference[1].split(b"How do we deploy", 1)[1]  # recalled
     async with cluster(client, tmp_path / "replicas", args, 2, redis.url) as group:
         assert_same_bytes(await send(group), reference)
+
+
+def test_the_data_dir_given_after_the_double_dash_holds_one_directory_per_replica():
+    assert split_data_dir(["--upstream", "U", "--data-dir", "/d", "--cache-ttl", "5"]) == (
+        Path("/d"),
+        ["--upstream", "U", "--cache-ttl", "5"],
+    )
+    assert split_data_dir(["--data-dir=/e"]) == (Path("/e"), [])
+    assert split_data_dir(["--upstream", "U"]) == (None, ["--upstream", "U"])
+
+
+async def test_the_command_serves_until_sigterm_then_stops_replicas_and_redis(
+    upstream: FakeUpstream, client: aiohttp.ClientSession, tmp_path: Path
+):
+    redis_server_program()  # installed on first use
+    port = free_port()
+    command = asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.replicas", "--port", str(port), "--replicas", "2",
+        "--", "--upstream", f"{upstream.url}/v1", "--data-dir", str(tmp_path / "data"),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    process = await command
+    try:
+        assert process.stdout is not None
+        ready = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert f"http://127.0.0.1:{port}" in ready and "2 replicas" in ready, ready
+        children = [int(p) for p in re.findall(r"\d+", ready.split("(ports ", 1)[1])[:2]]
+        redis_port = int(re.search(r"127\.0\.0\.1:(\d+)/0", ready).group(1))  # type: ignore[union-attr]
+        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["replica0", "replica1"]
+        url = f"http://127.0.0.1:{port}"
+        body = conversation(tmp_path)[1]
+        for _ in range(2):
+            await post(client, url, body)
+        first, second = upstream.requests  # the same request twice, through both replicas
+        assert first.body == second.body and first.header("x-session-id") == SESSION
+        for child in children:  # one each
+            async with client.get(f"http://127.0.0.1:{child}/stats") as response:
+                stats = await response.json()
+            assert [s["session_id"] for s in stats["sessions"]] == [SESSION]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    for stopped in (port, *children, redis_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", stopped), timeout=1).close()
