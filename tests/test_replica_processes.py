@@ -34,7 +34,9 @@ from compressors.markers import ccr_key, marker_keys
 from tests.fake_upstream import FakeUpstream
 from tests.redis_server import RedisServer, redis_server_program
 from tests.test_compaction import compaction_body, transcript_of
-from tests.test_memory_injection import make_project, system_prompt
+from tests.test_memory_injection import TOOLS as MEMORY_TOOLS
+from tests.test_memory_injection import make_project, request_points, system_prompt
+from tests.test_memory_injection import session as memory_session
 from tests.test_proxy_compression import TOOLS, session_messages
 
 SESSION = "ses_processes"
@@ -371,3 +373,28 @@ async def test_the_command_serves_until_sigterm_then_stops_replicas_and_redis(
     for stopped in (port, *children, redis_port):
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", stopped), timeout=1).close()
+
+
+async def test_project_memory_and_nudges_are_the_same_on_any_replica(
+    upstream: FakeUpstream, client: aiohttp.ClientSession, tmp_path: Path, redis
+):
+    """The stable block, recall hits beside each user message and nudges with their cooldown
+    (what was given when is shared state), round robin over three replicas."""
+    home, project = make_project(tmp_path)
+    args = ["--upstream", f"{upstream.url}/v1", "--allowed-roots", str(home)]
+    args += ["--log-level", "warning", "--nudge-cooldown-turns", "1"]
+    messages = memory_session(project)
+    bodies = [
+        {"model": "m", "stream": True, "messages": messages[:k], "tools": MEMORY_TOOLS}
+        for k in request_points(messages)
+    ]
+    async with cluster(client, tmp_path / "alone", args, 1, None) as alone:
+        await run_conversation(client, alone, bodies)
+    reference = [request.body for request in upstream.requests]
+    upstream.requests.clear()
+    last_messages = [orjson.loads(body)["messages"][-1]["content"] for body in reference]
+    assert any('kind="recall"' in str(content) for content in last_messages)
+    assert any("deepmem_memory_store" in str(content) for content in last_messages)  # nudged
+    async with cluster(client, tmp_path / "replicas", args, 3, redis.url) as group:
+        await run_conversation(client, group, bodies, restart=lambda: group.restart(1))
+    assert_same_bytes([request.body for request in upstream.requests], reference)
