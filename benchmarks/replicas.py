@@ -6,8 +6,9 @@ that does not pin sessions (README.md, "Running several replicas"), on one machi
 
 Starts a Redis server of its own (Debian's ``redis-server`` on a free loopback port; not with
 ``--state-url``), N replicas on free loopback ports with ``--state-url`` and the arguments after
-``--`` (each its own data dir: ``D/replica<k>`` when those arguments give ``--data-dir D``, a
-temporary one otherwise), waits until each answers ``/health``, then serves the balancer on
+``--`` (one data dir for all of them, as replicas on one host share it: the memory files'
+lock directory and the global memory live there; a temporary one unless those arguments give
+``--data-dir``), waits until each answers ``/health``, then serves the balancer on
 127.0.0.1:PORT: each request, whatever its method and path, goes to the next replica, its body
 streamed up and the answer streamed back chunk by chunk, headers passed through except the
 hop-by-hop ones. Prints one line when ready; SIGTERM or SIGINT stops the balancer, the replicas
@@ -222,10 +223,9 @@ async def run(port: int, count: int, state_url: str | None, extra: Sequence[str]
                 (work / "redis").mkdir()
                 redis = RedisServer(redis_program(), work / "redis").start()
                 state_url = redis.url
-            data_root, rest = split_data_dir(extra)
-            base = data_root or work
+            data_dir, rest = split_data_dir(extra)
             replicas = [
-                start_replica(base / f"replica{k}", state_url, rest, work / f"replica{k}.log")
+                start_replica(data_dir or work / "data", state_url, rest, work / f"replica{k}.log")
                 for k in range(count)
             ]
             async with aiohttp.ClientSession() as session:

@@ -57,6 +57,8 @@ def test_the_replicas_settings_are_real_options_and_the_state_is_shared() -> Non
     assert environment["DEEP_MEMORY_ADMIN_TOKEN"].startswith("${DEEPMEM_ADMIN_TOKEN:?")
     assert set(deepmem["networks"]) == {"state", "front"}
     assert "ports" not in deepmem and "container_name" not in deepmem  # it is scaled
+    # one data dir for every replica: the memory files' locks and the global memory are there
+    assert "${DEEPMEM_DATA:?set DEEPMEM_DATA}:/data" in deepmem["volumes"]
 
 
 def test_haproxy_accepts_the_balancer_configuration() -> None:
