@@ -105,3 +105,15 @@ class ProjectActivity(Protocol):
 
     def active_since(self, since: float) -> list[str]:
         """The projects some session named at or after ``since``, sorted."""
+
+
+class StatisticsBoard(Protocol):
+    """Where replicas that share a state backend leave their statistics for each other: each
+    publishes a snapshot of its own now and then, and any of them reads every live one."""
+
+    def publish(self, replica: str, snapshot: bytes, ttl_seconds: int) -> None:
+        """Leave ``snapshot`` as ``replica``'s, in place of its previous one; it disappears
+        after ``ttl_seconds`` unless published again."""
+
+    def snapshots(self) -> dict[str, bytes]:
+        """Every replica's latest snapshot not yet expired, by replica name."""

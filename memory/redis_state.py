@@ -726,3 +726,63 @@ class RedisActivity:
             ),
         )
         return sorted(_text(path) for path in found)
+
+
+# Every replica's snapshot (KEYS[1]: the set of names, ARGV[1]: the snapshots' key prefix) as
+# a flat list of name, snapshot; a name whose snapshot expired leaves the set.
+_SNAPSHOTS = """
+local found = {}
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local snapshot = redis.call('GET', ARGV[1] .. name)
+  if snapshot then
+    found[#found + 1] = name
+    found[#found + 1] = snapshot
+  else
+    redis.call('SREM', KEYS[1], name)
+  end
+end
+return found
+"""
+
+
+class RedisStatisticsBoard:
+    """``StatisticsBoard`` on Redis: one string per replica (``deepmem:stats:<replica>``),
+    expiring unless published again, and the set of names (``deepmem:replicas``) that a read
+    walks in one script, dropping the names whose snapshot expired. One round trip to publish,
+    one to read every snapshot. (The script reads keys it is not given: a single server, not
+    a Redis Cluster.)"""
+
+    def __init__(self, state: RedisState) -> None:
+        self.state = state
+        self._names = state.prefix + b"replicas"
+        self._snapshot_prefix = state.key(b"stats", b"")
+        self._snapshots = state.client.register_script(_SNAPSHOTS)
+
+    def publish(self, replica: str, snapshot: bytes, ttl_seconds: int) -> None:
+        name = utf8(replica)
+        key = self._snapshot_prefix + name
+
+        async def write(client: Redis) -> object:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(key, snapshot, ex=max(1, ttl_seconds))
+                pipe.sadd(self._names, name)
+                return await pipe.execute()
+
+        self.state.run(
+            f"cannot publish the statistics of replica {replica}",
+            write,
+            len(snapshot) / SLOWEST_BYTES_PER_SECOND,
+        )
+
+    def snapshots(self) -> dict[str, bytes]:
+        found = cast(
+            list[bytes],
+            self.state.run(
+                "cannot read the replicas' statistics",
+                lambda client: self._snapshots(
+                    keys=[self._names], args=[self._snapshot_prefix], client=client
+                ),
+                READ_ALLOWANCE_SECONDS,
+            ),
+        )
+        return {_text(found[i]): found[i + 1] for i in range(0, len(found), 2)}

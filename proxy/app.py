@@ -18,9 +18,10 @@ from yarl import URL
 from compressors.tokens import exact_counts_available
 from compressors.view import Dialect
 from compressors.wire import chat_dialect, error_body, error_style
+from memory.interfaces import StatisticsBoard
 from memory.project import PROJECT_HEADER
 from memory.state import StateUnavailable
-from proxy import __version__
+from proxy import __version__, cluster
 from proxy.addons import build_addons
 from proxy.admin import error_response, json_response
 from proxy.config import Settings, Upstream, upstream_hint
@@ -75,12 +76,17 @@ class ProxyState:
     housekeeping: asyncio.Task[None] | None = None
     reopening: asyncio.Task[None] | None = None  # retries the state database while it is out
     watching: asyncio.Task[None] | None = None  # checks the state backend (a shared server)
+    publishing: asyncio.Task[None] | None = None  # this replica's statistics for the others
+    replica: str = field(init=False)  # this replica's name (proxy.cluster)
+    published_at: float | None = None  # when its statistics were last published
+    publish_error: str | None = None  # why the last publishing failed
     own_addons: bool = True  # built from the settings (not given by a test)
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
-        self.sessions = SessionRegistry(self.settings.max_sessions)
+        self.replica = cluster.replica_name(self.settings)
+        self.sessions = SessionRegistry(self.settings.max_sessions, replica=self.replica)
 
 
 STATE: web.AppKey[ProxyState] = web.AppKey("deepmem_state", ProxyState)
@@ -111,18 +117,50 @@ async def health_handler(request: web.Request) -> web.Response:
             "upstreams": {u.prefix: u.public_url for u in state.settings.upstreams},
             "token_counts": "exact" if exact_counts_available() else "estimated",
             "state": state.stores.backend,
+            "replica": state.replica,
+            **_publishing(state),
             "problems": problems,
         },
         status=status,
     )
 
 
+def _publishing(state: ProxyState) -> dict[str, Any]:
+    """How publishing this replica's statistics goes, with a shared state backend (a failure
+    is shown here, not as a problem: statistics never make the proxy degraded)."""
+    if state.stores.board is None:
+        return {}
+    return {
+        "statistics": {"published_at": state.published_at, "publish_error": state.publish_error}
+    }
+
+
+SCOPES = ("cluster", "local")
+
+
 async def stats_handler(request: web.Request) -> web.Response:
-    """Totals and every session; ``?session=ID``: that session with its recent requests."""
+    """Totals and every session; ``?session=ID``: that session with its recent requests.
+    With a shared state backend, every live replica's figures merged (``proxy.cluster``);
+    ``?scope=local``: this process's own."""
     state = request.app[STATE]
+    scope = request.query.get("scope", "cluster")
+    if scope not in SCOPES:
+        return error_response(
+            400, f"scope must be one of {', '.join(SCOPES)}", "invalid_request", "bad_scope"
+        )
     session_id = request.query.get("session")
+    own = _local_snapshot(state, recent=session_id is not None)
+    view: dict[str, Any] = {"replica": state.replica, "scope": "local"}
+    snapshots = [own]
+    board = state.stores.board
+    if scope == "cluster" and board is not None:
+        try:
+            snapshots += await asyncio.to_thread(_other_snapshots, board, state.replica)
+            view["scope"] = "cluster"
+        except StateUnavailable as exc:
+            view["cluster_error"] = f"the cluster view is unavailable, local figures only: {exc}"
     if session_id is not None:
-        detail = state.sessions.detail(session_id)
+        detail = cluster.session_detail(snapshots, session_id)
         if detail is None:
             return error_response(
                 404,
@@ -131,26 +169,58 @@ async def stats_handler(request: web.Request) -> web.Response:
                 "not_found",
                 "unknown_session",
             )
-        return json_response({"version": __version__, "explain": STATS_EXPLAIN, "session": detail})
-    snapshot = state.sessions.snapshot()
-    snapshot["totals"]["active_streams"] = int(
-        sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
-    )
-    snapshot["totals"]["upstream_errors"] = int(
-        state.metrics.counter_total("deepmem_upstream_errors_total")
-    )
-    snapshot["totals"]["non_json_bodies"] = int(
-        state.metrics.counter_total("deepmem_non_json_bodies_total")
-    )
-    snapshot["totals"]["expands"] = int(state.metrics.counter_total("deepmem_expands_total"))
+        return json_response(
+            {"version": __version__, "explain": STATS_EXPLAIN, **view, "session": detail}
+        )
+    if view["scope"] == "cluster":
+        merged = cluster.cluster_view(snapshots)
+    else:
+        merged = {**own, "replicas": [cluster.replica_entry(own)]}
     return json_response(
         {
             "version": __version__,
             "started_at": state.started_at,
             "explain": STATS_EXPLAIN,
-            **snapshot,
+            **view,
+            "replicas": merged["replicas"],
+            "totals": merged["totals"],
+            "sessions": merged["sessions"],
         }
     )
+
+
+def _local_snapshot(state: ProxyState, recent: bool = False) -> dict[str, Any]:
+    """This process's statistics as it publishes them (``recent``: with each session's recent
+    requests), on the event loop: the tallies change there."""
+    snapshot = state.sessions.snapshot(recent=recent)
+    totals = snapshot["totals"]
+    totals["active_streams"] = int(
+        sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
+    )
+    totals["upstream_errors"] = int(state.metrics.counter_total("deepmem_upstream_errors_total"))
+    totals["non_json_bodies"] = int(state.metrics.counter_total("deepmem_non_json_bodies_total"))
+    totals["expands"] = int(state.metrics.counter_total("deepmem_expands_total"))
+    return {
+        "replica": state.replica,
+        "version": __version__,
+        "started_at": state.started_at,
+        "published_at": time.time(),
+        **snapshot,
+    }
+
+
+def _other_snapshots(board: StatisticsBoard, replica: str) -> list[dict[str, Any]]:
+    """Every other live replica's snapshot, decoded (on a worker thread: they may be large).
+    One that cannot be read is left out, and logged."""
+    found = []
+    for name, raw in sorted(board.snapshots().items()):
+        if name == replica:
+            continue  # this one's is taken fresh
+        try:
+            found.append(cluster.decode(raw))
+        except ValueError as exc:
+            log.warning("statistics of replica %s left out: %s", name, exc)
+    return found
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
@@ -621,6 +691,7 @@ async def _start(app: web.Application) -> None:
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))
     state.watching = asyncio.create_task(_watch_state(state))
+    state.publishing = asyncio.create_task(_publish_statistics(state))
     if state.stores.unavailable is not None:
         state.reopening = asyncio.create_task(_reopen_state(state))
     await asyncio.to_thread(_index_memory, state)
@@ -704,6 +775,31 @@ async def _watch_state(state: ProxyState) -> None:
         await asyncio.sleep(STATE_WATCH_SECONDS)
 
 
+async def _publish_statistics(state: ProxyState) -> None:
+    """With a shared state backend, every ``cluster.PUBLISH_SECONDS`` this replica's
+    statistics for the others' ``/stats``."""
+    while True:
+        await _publish_once(state)
+        await asyncio.sleep(cluster.PUBLISH_SECONDS)
+
+
+async def _publish_once(state: ProxyState) -> None:
+    board = state.stores.board
+    if board is None:
+        return
+    snapshot = _local_snapshot(state, recent=True)
+    try:
+        await asyncio.to_thread(
+            board.publish, state.replica, cluster.encode(snapshot), cluster.TTL_SECONDS
+        )
+    except Exception as exc:  # statistics never break anything
+        if state.publish_error is None:
+            log.warning("statistics not published: %s", exc)
+        state.publish_error = str(exc) or type(exc).__name__
+        return
+    state.published_at, state.publish_error = snapshot["published_at"], None
+
+
 async def _reopen_state(state: ProxyState) -> None:
     """While there is no state database, try to open it now and then; once it opens,
     compression and memory injection start without a restart."""
@@ -719,9 +815,11 @@ async def _reopen_state(state: ProxyState) -> None:
 
 
 async def _stop(app: web.Application) -> None:
-    for task in (app[STATE].housekeeping, app[STATE].reopening, app[STATE].watching):
+    tasks = (app[STATE].housekeeping, app[STATE].reopening, app[STATE].watching)
+    for task in (*tasks, app[STATE].publishing):
         if task is not None:
             task.cancel()
+    await _publish_once(app[STATE])  # the last figures, for the others until they expire
     await asyncio.to_thread(app[STATE].stores.close)
     app[STATE].rewrites.close()
     await app[STATE].pool.close()

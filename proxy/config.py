@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from proxy import compaction, compression, injections, memory_api, projects, stores
+from proxy import cluster, compaction, compression, injections, memory_api, projects, stores
 from proxy.logs import redact_text
 from proxy.options import (
     ENV_PREFIX,
@@ -165,6 +165,7 @@ SERVER_OPTIONS: tuple[Option, ...] = (
 OPTIONS: tuple[Option, ...] = (
     *SERVER_OPTIONS,
     *stores.OPTIONS,
+    *cluster.OPTIONS,
     *projects.OPTIONS,
     *memory_api.OPTIONS,
     *compression.OPTIONS,
@@ -225,6 +226,7 @@ class Settings:
     protected_tools: tuple[str, ...] = _default("protected_tools")
     retention_days: float = _default("retention_days")
     state_url: str | None = _default("state_url")
+    replica_name: str | None = _default("replica_name")
     cache_ttl: float = _default("cache_ttl")
     project_dir: Path | None = None  # unset, as its option says
     allowed_roots: tuple[Path, ...] = _default("allowed_roots")

@@ -184,6 +184,7 @@ class RequestRecord:
     at: float
     kind: str
     tokens: StreamTokens
+    replica: str = ""  # the replica that served it (``proxy.cluster``)
     status: int = 0  # the upstream's status; 0 while it is being answered
     tokens_removed: int = 0  # by compression, of its tool outputs (estimated)
     tokens_injected: int = 0  # by memory blocks (estimated)
@@ -192,6 +193,7 @@ class RequestRecord:
         return {
             "at": self.at,
             "kind": self.kind,
+            "replica": self.replica,
             "status": self.status,
             **self.tokens.as_dict(),
             "tokens_removed": self.tokens_removed,
@@ -240,8 +242,9 @@ class SessionRegistry:
     that adds or removes sessions or records iterates under one lock.
     """
 
-    def __init__(self, capacity: int, max_records: int = MAX_RECORDS) -> None:
+    def __init__(self, capacity: int, max_records: int = MAX_RECORDS, replica: str = "") -> None:
         self.capacity = capacity
+        self.replica = replica  # the name each record carries
         self.max_records = max_records
         self.records = 0  # recent requests kept, over all sessions
         self.totals = Tally()
@@ -275,7 +278,7 @@ class SessionRegistry:
         stream = (session.session_id, kind) if session is not None else None
         with self._lock:
             tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
-            record = RequestRecord(now, kind, tokens)
+            record = RequestRecord(now, kind, tokens, self.replica)
             self.totals.request_tokens.add(tokens)
             if session is not None:
                 session.tally.request_tokens.add(tokens)
@@ -306,10 +309,14 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, recent: bool = False) -> dict[str, Any]:
+        """The totals and every session, the most recently seen first (``recent``: each with
+        its recent requests, as ``Session.detail``)."""
         with self._lock:
             sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
             return {
                 "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
-                "sessions": [session.as_dict() for session in sessions],
+                "sessions": [
+                    session.detail() if recent else session.as_dict() for session in sessions
+                ],
             }

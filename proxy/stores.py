@@ -21,6 +21,7 @@ from memory.interfaces import (
     Originals,
     ProjectActivity,
     RequestClock,
+    StatisticsBoard,
 )
 from memory.memo import MemoStore
 from memory.redis_state import (
@@ -31,6 +32,7 @@ from memory.redis_state import (
     RedisInjectionMemos,
     RedisOriginals,
     RedisState,
+    RedisStatisticsBoard,
     redact_url,
 )
 from memory.state import StateUnavailable
@@ -82,6 +84,7 @@ class Stores:
     clock: RequestClock = field(default_factory=LocalClock)
     histories: Histories = field(default_factory=LocalHistories)
     activity: ProjectActivity = field(default_factory=LocalActivity)
+    board: StatisticsBoard | None = None  # replicas' statistics: only on a shared backend
     backend: str = "sqlite"  # what /health shows: "sqlite" or the server's URL, no password
     check: Callable[[], str | None] = lambda: None  # what is wrong with the backend, if anything
     close: Callable[[], None] = lambda: None
@@ -150,6 +153,7 @@ def _redis_stores(url: str, retention_days: float) -> Stores:
         clock=RedisClock(state, retention_days),
         histories=RedisHistories(state),
         activity=RedisActivity(state, retention_days),
+        board=RedisStatisticsBoard(state),
         backend=state.shown,
         check=state.check,
         close=state.close,
