@@ -214,3 +214,28 @@ async def test_one_process_names_itself_on_every_request(start_proxy, upstream, 
         assert response.status == 400
     status, report = await health(client, alone)
     assert status == 200 and report["replica"] == "solo" and "statistics" not in report
+
+
+@pytest.mark.slow
+async def test_the_dashboard_shows_the_replicas_and_who_served_each_request(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    from tests.test_dashboard import chromium_page
+
+    group = await two_replicas(start_proxy, upstream, tmp_path, redis)
+    for turn, step in enumerate(range(3, 7)):
+        await post(client, group[turn % 2], request_body(step), SESSION)
+    await publish(*group)
+    async with chromium_page(tmp_path) as page:
+        await page.navigate(f"{group[1].url}/#session={SESSION}")
+        await page.wait_for("document.querySelectorAll('#requests tbody tr').length === 4")
+        replicas = await page.evaluate(
+            "[...document.querySelectorAll('#replicas tbody tr')].map(r => r.dataset.replica)"
+        )
+        assert replicas == ["replica-a", "replica-b"]
+        assert not await page.evaluate("document.getElementById('replicas-panel').hidden")
+        served_by = await page.evaluate(
+            "[...document.querySelectorAll('#requests td.replica')].map(td => td.textContent)"
+        )
+        assert served_by == ["replica-b", "replica-a"] * 2  # newest first
+        assert "2 replicas" in await page.evaluate("document.getElementById('replica').textContent")

@@ -519,6 +519,11 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         await page.wait_for(f"{BARS} === 1 && location.hash === '#session={OTHER}'")
         await page.evaluate(f"document.querySelector('tr[data-session=\"{SESSION}\"]').click()")
         await page.wait_for(f"{BARS} === {requests}")
+        served_by = await page.evaluate(
+            "[...document.querySelectorAll('#requests td.replica')].map(td => td.textContent)"
+        )
+        assert served_by == [proxy.state.replica] * requests  # newest first, this replica's
+        assert await page.evaluate("document.getElementById('replicas-panel').hidden")
         assert await page.evaluate("document.querySelector('tr.selected').dataset.session") == (
             SESSION
         )
