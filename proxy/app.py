@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class ProxyState:
     watching: asyncio.Task[None] | None = None  # checks the state backend (a shared server)
     publishing: asyncio.Task[None] | None = None  # this replica's statistics for the others
     replica: str = field(init=False)  # this replica's name (proxy.cluster)
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # tells namesakes apart
     published_at: float | None = None  # when its statistics were last published
     publish_error: str | None = None  # why the last publishing failed
     own_addons: bool = True  # built from the settings (not given by a test)
@@ -149,19 +151,24 @@ async def stats_handler(request: web.Request) -> web.Response:
             400, f"scope must be one of {', '.join(SCOPES)}", "invalid_request", "bad_scope"
         )
     session_id = request.query.get("session")
-    own = _local_snapshot(state, recent=session_id is not None)
+    own = _own_figures(state, session_id)
     view: dict[str, Any] = {"replica": state.replica, "scope": "local"}
-    snapshots = [own]
     board = state.stores.board
     if scope == "cluster" and board is not None:
         try:
-            snapshots += await asyncio.to_thread(_other_snapshots, board, state.replica)
+            # Reading, decoding and merging the others' snapshots takes a worker thread.
+            merged, warning = await asyncio.to_thread(
+                _cluster_figures, board, state, own, session_id
+            )
             view["scope"] = "cluster"
+            if warning:
+                view["cluster_warning"] = warning
         except StateUnavailable as exc:
             view["cluster_error"] = f"the cluster view is unavailable, local figures only: {exc}"
+    if view["scope"] == "local":
+        merged = _local_figures(own, session_id)
     if session_id is not None:
-        detail = cluster.session_detail(snapshots, session_id)
-        if detail is None:
+        if merged is None:
             return error_response(
                 404,
                 f"no session {session_id!r} in the statistics (unknown, or evicted: the proxy "
@@ -170,12 +177,9 @@ async def stats_handler(request: web.Request) -> web.Response:
                 "unknown_session",
             )
         return json_response(
-            {"version": __version__, "explain": STATS_EXPLAIN, **view, "session": detail}
+            {"version": __version__, "explain": STATS_EXPLAIN, **view, "session": merged}
         )
-    if view["scope"] == "cluster":
-        merged = cluster.cluster_view(snapshots)
-    else:
-        merged = {**own, "replicas": [cluster.replica_entry(own)]}
+    assert merged is not None
     return json_response(
         {
             "version": __version__,
@@ -189,38 +193,70 @@ async def stats_handler(request: web.Request) -> web.Response:
     )
 
 
-def _local_snapshot(state: ProxyState, recent: bool = False) -> dict[str, Any]:
-    """This process's statistics as it publishes them (``recent``: with each session's recent
-    requests), on the event loop: the tallies change there."""
-    snapshot = state.sessions.snapshot(recent=recent)
-    totals = snapshot["totals"]
-    totals["active_streams"] = int(
-        sum(state.metrics.gauges.get("deepmem_active_streams", {}).values())
-    )
-    totals["upstream_errors"] = int(state.metrics.counter_total("deepmem_upstream_errors_total"))
-    totals["non_json_bodies"] = int(state.metrics.counter_total("deepmem_non_json_bodies_total"))
-    totals["expands"] = int(state.metrics.counter_total("deepmem_expands_total"))
+def _own_figures(state: ProxyState, session_id: str | None) -> dict[str, Any]:
+    """This process's figures as ``/stats`` merges them: for one session, only that session
+    (with its recent requests)."""
+    if session_id is None:
+        return _snapshot(state, state.sessions.snapshot(), _metric_totals(state))
+    detail = state.sessions.detail(session_id)
+    return {"replica": state.replica, "sessions": [detail] if detail is not None else []}
+
+
+def _local_figures(own: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
+    if session_id is not None:
+        return cluster.session_detail([own], session_id)
+    return {**own, "replicas": [cluster.replica_entry(own)]}
+
+
+def _metric_totals(state: ProxyState) -> dict[str, int]:
+    """The totals the metrics keep (read on the event loop, where they change)."""
+    metrics = state.metrics
     return {
-        "replica": state.replica,
-        "version": __version__,
-        "started_at": state.started_at,
-        "published_at": time.time(),
-        **snapshot,
+        "active_streams": int(sum(metrics.gauges.get("deepmem_active_streams", {}).values())),
+        "upstream_errors": int(metrics.counter_total("deepmem_upstream_errors_total")),
+        "non_json_bodies": int(metrics.counter_total("deepmem_non_json_bodies_total")),
+        "expands": int(metrics.counter_total("deepmem_expands_total")),
     }
 
 
-def _other_snapshots(board: StatisticsBoard, replica: str) -> list[dict[str, Any]]:
-    """Every other live replica's snapshot, decoded (on a worker thread: they may be large).
-    One that cannot be read is left out, and logged."""
-    found = []
+def _snapshot(
+    state: ProxyState, registry: dict[str, Any], metric_totals: dict[str, int]
+) -> dict[str, Any]:
+    """This process's statistics as replicas publish them: the registry's snapshot and the
+    metrics' totals, named."""
+    registry["totals"].update(metric_totals)
+    return {
+        "replica": state.replica,
+        "instance": state.instance,
+        "version": __version__,
+        "started_at": state.started_at,
+        "published_at": time.time(),
+        **registry,
+    }
+
+
+def _cluster_figures(
+    board: StatisticsBoard, state: ProxyState, own: dict[str, Any], session_id: str | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Every live replica's figures merged with this one's (``own``, taken fresh), and a
+    warning when another process publishes under this one's name. On a worker thread."""
+    snapshots, warning = [own], None
     for name, raw in sorted(board.snapshots().items()):
-        if name == replica:
-            continue  # this one's is taken fresh
         try:
-            found.append(cluster.decode(raw))
+            snapshot = cluster.decode(raw)
         except ValueError as exc:
             log.warning("statistics of replica %s left out: %s", name, exc)
-    return found
+            continue
+        if name != state.replica:
+            snapshots.append(snapshot)
+        elif snapshot.get("instance") != state.instance:
+            warning = (
+                f"another process publishes its statistics as {name!r} too, and only one of "
+                "them is counted: give each replica its own replica_name"
+            )
+    if session_id is not None:
+        return cluster.session_detail(snapshots, session_id), warning
+    return cluster.cluster_view(snapshots), warning
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
@@ -784,20 +820,30 @@ async def _publish_statistics(state: ProxyState) -> None:
 
 
 async def _publish_once(state: ProxyState) -> None:
+    """This replica's statistics, with its sessions' recent requests, published; a failure
+    is shown by /health (and logged once), nothing else."""
     board = state.stores.board
     if board is None:
         return
-    snapshot = _local_snapshot(state, recent=True)
     try:
-        await asyncio.to_thread(
-            board.publish, state.replica, cluster.encode(snapshot), cluster.TTL_SECONDS
+        state.published_at = await asyncio.to_thread(
+            _publish_snapshot, board, state, _metric_totals(state)
         )
+        state.publish_error = None
     except Exception as exc:  # statistics never break anything
         if state.publish_error is None:
             log.warning("statistics not published: %s", exc)
         state.publish_error = str(exc) or type(exc).__name__
-        return
-    state.published_at, state.publish_error = snapshot["published_at"], None
+
+
+def _publish_snapshot(
+    board: StatisticsBoard, state: ProxyState, metric_totals: dict[str, int]
+) -> float:
+    """On a worker thread: the snapshot is taken under the registry's lock (the tallies'
+    figures are read as they are, each one whole) and sent; when it was taken."""
+    snapshot = _snapshot(state, state.sessions.snapshot(rows=True), metric_totals)
+    board.publish(state.replica, cluster.encode(snapshot), cluster.TTL_SECONDS)
+    return float(snapshot["published_at"])
 
 
 async def _reopen_state(state: ProxyState) -> None:

@@ -2,10 +2,11 @@
 itself, publishes a snapshot of its own figures every few seconds (a background task, never
 the request path), and ``/stats`` merges every live replica's snapshot into one view.
 
-A snapshot is this process's ``/stats`` body with each session's recent requests, as JSON,
-compressed. Merging sums the figures (numbers summed, nested figures merged the same way),
-counts a session once however many replicas served it, and puts a session's recent requests
-of every replica in one list, oldest first, each naming its replica.
+A snapshot is this process's ``/stats`` figures with each session's recent requests (as
+``RequestRecord.row``s: ``recent_rows``), as JSON, compressed. Merging sums the figures
+(numbers summed, nested figures merged the same way), counts a session once however many
+replicas served it, and puts a session's recent requests of every replica in one list,
+oldest first, each naming its replica.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from proxy.options import Option, parse_optional_str
-from proxy.sessions import RECENT_REQUESTS, Tally
+from proxy.sessions import RECENT_REQUESTS, RequestRecord, Tally
 
 if TYPE_CHECKING:
     from proxy.config import Settings
@@ -39,6 +40,7 @@ PUBLISH_SECONDS = 5.0  # how often each replica publishes its snapshot
 TTL_SECONDS = 20  # a replica that stopped publishing leaves the cluster view after this
 TALLY_KEYS = frozenset(Tally().as_dict())  # the figures of a session that add up
 RECENT = "recent_requests"
+ROWS = "recent_rows"  # a published session's recent requests, compact
 
 
 def replica_name(settings: Settings) -> str:
@@ -89,7 +91,7 @@ def merge_session(parts: Sequence[Mapping[str, Any]], recent: bool = True) -> di
     by_recency = [latest, *(part for part in parts if part is not latest)]
     merged: dict[str, Any] = {}
     for key in latest:
-        if key == RECENT:
+        if key in (RECENT, ROWS):
             continue
         merged[key] = next(
             (part[key] for part in by_recency if part.get(key) is not None), latest[key]
@@ -150,11 +152,18 @@ def cluster_view(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def session_detail(
     snapshots: Sequence[Mapping[str, Any]], session_id: str
 ) -> dict[str, Any] | None:
-    """The session as every replica saw it, with the recent requests of all; None if none did."""
-    parts = [
-        session
-        for snapshot in snapshots
-        for session in snapshot.get("sessions", ())
-        if session.get("session_id") == session_id
-    ]
+    """The session as every replica saw it, with the recent requests of all (a published
+    snapshot's rows read back, each naming the replica); None if none did."""
+    parts = []
+    for snapshot in snapshots:
+        for session in snapshot.get("sessions", ()):
+            if session.get("session_id") != session_id:
+                continue
+            part = {key: value for key, value in session.items() if key != ROWS}
+            if ROWS in session:
+                replica = str(snapshot.get("replica"))
+                part[RECENT] = [
+                    RequestRecord.from_row(row, replica).as_dict() for row in session[ROWS]
+                ]
+            parts.append(part)
     return merge_session(parts) if parts else None

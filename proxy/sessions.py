@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -200,6 +201,27 @@ class RequestRecord:
             "tokens_injected": self.tokens_injected,
         }
 
+    def row(self) -> list[Any]:
+        """The record in few bytes, without its replica (``from_row`` reads it back)."""
+        tokens = self.tokens
+        return [
+            self.at,
+            self.kind,
+            self.status,
+            tokens.tokens_in,
+            tokens.cached_in,
+            tokens.tokens_out,
+            tokens.cached_out,
+            self.tokens_removed,
+            self.tokens_injected,
+        ]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], replica: str) -> RequestRecord:
+        at, kind, status, tokens_in, cached_in, tokens_out, cached_out, removed, injected = row
+        tokens = StreamTokens(tokens_in, cached_in, tokens_out, cached_out)
+        return cls(at, kind, tokens, replica, status, removed, injected)
+
 
 @dataclass(slots=True)
 class Session:
@@ -309,14 +331,16 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def snapshot(self, recent: bool = False) -> dict[str, Any]:
-        """The totals and every session, the most recently seen first (``recent``: each with
-        its recent requests, as ``Session.detail``)."""
+    def snapshot(self, rows: bool = False) -> dict[str, Any]:
+        """The totals and every session, the most recently seen first (``rows``: each with
+        its recent requests as ``recent_rows``, in ``RequestRecord.row`` form)."""
         with self._lock:
             sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
+            listed = [session.as_dict() for session in sessions]
+            if rows:
+                for session, shown in zip(sessions, listed, strict=True):
+                    shown["recent_rows"] = [record.row() for record in session.recent]
             return {
                 "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
-                "sessions": [
-                    session.detail() if recent else session.as_dict() for session in sessions
-                ],
+                "sessions": listed,
             }

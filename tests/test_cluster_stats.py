@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy import app as app_module
 from proxy import cluster
 from proxy.app import STATE
 from proxy.config import load_settings
-from proxy.sessions import RECENT_REQUESTS
+from proxy.costs import StreamTokens
+from proxy.sessions import RECENT_REQUESTS, RequestRecord
 from tests.redis_server import RedisServer, redis_server_program
 from tests.test_durability import health, post, request_body
 
@@ -112,6 +114,12 @@ def test_a_snapshot_goes_through_its_encoding_and_garbage_does_not():
             cluster.decode(garbage)
 
 
+def test_a_request_record_goes_through_its_row_and_comes_back_named():
+    record = RequestRecord(1.5, "agent", StreamTokens(100, 40, 60, 30), "a", 200, 45, 5)
+    assert RequestRecord.from_row(orjson.loads(orjson.dumps(record.row())), "a") == record
+    assert "replica" not in str(record.row())
+
+
 def test_the_default_replica_name_is_the_host_and_port():
     settings = load_settings({"port": "9123"}, environ={})
     assert cluster.replica_name(settings) == f"{socket.gethostname()}:9123"
@@ -199,6 +207,24 @@ async def test_without_redis_stats_answer_with_the_local_figures(
     await publish(group[0])
     _, report = await health(client, group[0])
     assert report["statistics"]["publish_error"]
+
+
+async def test_two_replicas_of_one_name_are_told_to_change_it(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    twins = [
+        await start_proxy(
+            upstream=[f"{upstream.url}/v1"],
+            data_dir=str(tmp_path / f"twin{k}"),
+            state_url=redis.url,
+            replica_name="twin",
+        )
+        for k in range(2)
+    ]
+    await publish(twins[1])
+    view = await stats(client, twins[0])
+    assert "give each replica its own replica_name" in view["cluster_warning"]
+    assert "cluster_warning" not in await stats(client, twins[1])
 
 
 async def test_one_process_names_itself_on_every_request(start_proxy, upstream, client):
