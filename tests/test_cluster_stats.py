@@ -189,6 +189,20 @@ async def test_a_replica_that_stopped_publishing_drops_out(
     assert "replica-b" not in redis.command("SMEMBERS", "deepmem:replicas")  # name dropped too
 
 
+async def test_a_replica_publishes_its_last_figures_when_it_stops(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    group = await two_replicas(start_proxy, upstream, tmp_path, redis)
+    await post(client, group[0], request_body(3), SESSION)
+    await post(client, group[1], request_body(4), SESSION)
+    await post(client, group[1], request_body(5), SESSION)
+    await asyncio.sleep(0.05)
+    await group[1].runner.cleanup()  # nothing published since it started, but on its way out
+    view = await stats(client, group[0])
+    assert view["totals"]["requests"] == 3
+    assert [r["name"] for r in view["replicas"]] == ["replica-a", "replica-b"]
+
+
 async def test_without_redis_stats_answer_with_the_local_figures(
     start_proxy, upstream, client, tmp_path, redis
 ):
