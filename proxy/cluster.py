@@ -62,25 +62,29 @@ def decode(raw: bytes) -> dict[str, Any]:
     return snapshot
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_NUMBERS = (int, float)  # exactly: a bool is no figure
 
 
 def summed(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Numbers summed key by key, nested mappings merged the same way; any other value is
-    the first part's."""
+    """Numbers summed key by key, nested dicts merged the same way; any other value is the
+    first part's. (Exact types, not ABCs: this runs over every figure of every session.)"""
     out: dict[str, Any] = {}
     for part in parts:
-        for key, value in part.items():
-            mine = out.get(key)
-            if key not in out:
-                out[key] = summed([value]) if isinstance(value, Mapping) else value
-            elif isinstance(value, Mapping) and isinstance(mine, dict):
-                out[key] = summed([mine, value])
-            elif _is_number(value) and _is_number(mine):
-                total = mine + value
-                out[key] = round(total, 6) if isinstance(total, float) else total
+        _add(out, part)
     return out
+
+
+def _add(into: dict[str, Any], part: Mapping[str, Any]) -> None:
+    for key, value in part.items():
+        if key not in into:
+            into[key] = summed([value]) if type(value) is dict else value
+            continue
+        mine = into[key]
+        if type(value) is dict and type(mine) is dict:
+            _add(mine, value)
+        elif type(value) in _NUMBERS and type(mine) in _NUMBERS:
+            total = mine + value
+            into[key] = round(total, 6) if type(total) is float else total
 
 
 def merge_session(parts: Sequence[Mapping[str, Any]], recent: bool = True) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy import app as app_module
 from proxy import cluster
@@ -73,6 +75,28 @@ def test_summed_adds_numbers_and_merges_nested_figures():
         "on": True,
     }
     assert a["kinds"] == {"agent": 2}  # the parts are not changed
+
+
+FIGURES = st.dictionaries(
+    st.sampled_from(["requests", "errors", "bytes_in"]), st.integers(0, 10**9), min_size=1
+)
+
+
+PARTS = st.lists(
+    st.fixed_dictionaries({"kinds": FIGURES, "requests": st.integers(0, 99)}), max_size=5
+)
+
+
+@given(PARTS)
+def test_summed_is_the_sum_of_each_figure_and_leaves_the_parts_alone(parts):
+    before = orjson.dumps(parts)
+    total = cluster.summed(parts)
+    assert orjson.dumps(parts) == before
+    if parts:
+        assert total["requests"] == sum(part["requests"] for part in parts)
+        for key in {key for part in parts for key in part["kinds"]}:
+            assert total["kinds"][key] == sum(part["kinds"].get(key, 0) for part in parts)
+    assert cluster.summed(reversed(parts)) == total
 
 
 def session(at: float, replica: str, title: str | None, requests: int) -> dict[str, Any]:
