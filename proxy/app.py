@@ -81,6 +81,7 @@ class ProxyState:
     replica: str = field(init=False)  # this replica's name (proxy.cluster)
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # tells namesakes apart
     published_at: float | None = None  # when its statistics were last published
+    published: bytes = b""  # what it published last
     publish_error: str | None = None  # why the last publishing failed
     own_addons: bool = True  # built from the settings (not given by a test)
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
@@ -120,14 +121,14 @@ async def health_handler(request: web.Request) -> web.Response:
             "token_counts": "exact" if exact_counts_available() else "estimated",
             "state": state.stores.backend,
             "replica": state.replica,
-            **_publishing(state),
+            **_statistics_health(state),
             "problems": problems,
         },
         status=status,
     )
 
 
-def _publishing(state: ProxyState) -> dict[str, Any]:
+def _statistics_health(state: ProxyState) -> dict[str, Any]:
     """How publishing this replica's statistics goes, with a shared state backend (a failure
     is shown here, not as a problem: statistics never make the proxy degraded)."""
     if state.stores.board is None:
@@ -151,22 +152,7 @@ async def stats_handler(request: web.Request) -> web.Response:
             400, f"scope must be one of {', '.join(SCOPES)}", "invalid_request", "bad_scope"
         )
     session_id = request.query.get("session")
-    own = _own_figures(state, session_id)
-    view: dict[str, Any] = {"replica": state.replica, "scope": "local"}
-    board = state.stores.board
-    if scope == "cluster" and board is not None:
-        try:
-            # Reading, decoding and merging the others' snapshots takes a worker thread.
-            merged, warning = await asyncio.to_thread(
-                _cluster_figures, board, state, own, session_id
-            )
-            view["scope"] = "cluster"
-            if warning:
-                view["cluster_warning"] = warning
-        except StateUnavailable as exc:
-            view["cluster_error"] = f"the cluster view is unavailable, local figures only: {exc}"
-    if view["scope"] == "local":
-        merged = _local_figures(own, session_id)
+    view, merged = await _figures(state, scope, session_id)
     if session_id is not None:
         if merged is None:
             return error_response(
@@ -179,7 +165,7 @@ async def stats_handler(request: web.Request) -> web.Response:
         return json_response(
             {"version": __version__, "explain": STATS_EXPLAIN, **view, "session": merged}
         )
-    assert merged is not None
+    assert merged is not None  # the totals are always there
     return json_response(
         {
             "version": __version__,
@@ -193,6 +179,32 @@ async def stats_handler(request: web.Request) -> web.Response:
     )
 
 
+async def _figures(
+    state: ProxyState, scope: str, session_id: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What /stats shows: which figures (``view``) and the figures, every live replica's
+    merged when the state is shared (read, decoded and merged on a worker thread), else this
+    process's. With ``session_id``, that session (None if no replica knows it)."""
+    own = _own_figures(state, session_id)
+    view: dict[str, Any] = {"replica": state.replica, "scope": "local"}
+    board = state.stores.board
+    if scope == "cluster" and board is not None:
+        try:
+            merged, warning = await asyncio.to_thread(
+                _cluster_figures, board, state, own, session_id
+            )
+        except StateUnavailable as exc:
+            view["cluster_error"] = f"the cluster view is unavailable, local figures only: {exc}"
+        else:
+            view["scope"] = "cluster"
+            if warning:
+                view["cluster_warning"] = warning
+            return view, merged
+    if session_id is not None:
+        return view, cluster.session_detail([own], session_id)
+    return view, {**own, "replicas": [cluster.replica_entry(own)]}
+
+
 def _own_figures(state: ProxyState, session_id: str | None) -> dict[str, Any]:
     """This process's figures as ``/stats`` merges them: for one session, only that session
     (with its recent requests)."""
@@ -200,12 +212,6 @@ def _own_figures(state: ProxyState, session_id: str | None) -> dict[str, Any]:
         return _snapshot(state, state.sessions.snapshot(), _metric_totals(state))
     detail = state.sessions.detail(session_id)
     return {"replica": state.replica, "sessions": [detail] if detail is not None else []}
-
-
-def _local_figures(own: dict[str, Any], session_id: str | None) -> dict[str, Any] | None:
-    if session_id is not None:
-        return cluster.session_detail([own], session_id)
-    return {**own, "replicas": [cluster.replica_entry(own)]}
 
 
 def _metric_totals(state: ProxyState) -> dict[str, int]:
@@ -242,6 +248,8 @@ def _cluster_figures(
     warning when another process publishes under this one's name. On a worker thread."""
     snapshots, warning = [own], None
     for name, raw in sorted(board.snapshots().items()):
+        if raw == state.published:
+            continue  # this one's last, taken fresh as ``own``
         try:
             snapshot = cluster.decode(raw)
         except ValueError as exc:
@@ -727,7 +735,8 @@ async def _start(app: web.Application) -> None:
     state.health.check_writable_dir("data_dir", state.settings.data_dir)
     state.housekeeping = asyncio.create_task(_housekeeping(state))
     state.watching = asyncio.create_task(_watch_state(state))
-    state.publishing = asyncio.create_task(_publish_statistics(state))
+    if state.stores.board is not None:
+        state.publishing = asyncio.create_task(_publish_statistics(state))
     if state.stores.unavailable is not None:
         state.reopening = asyncio.create_task(_reopen_state(state))
     await asyncio.to_thread(_index_memory, state)
@@ -812,8 +821,8 @@ async def _watch_state(state: ProxyState) -> None:
 
 
 async def _publish_statistics(state: ProxyState) -> None:
-    """With a shared state backend, every ``cluster.PUBLISH_SECONDS`` this replica's
-    statistics for the others' ``/stats``."""
+    """Every ``cluster.PUBLISH_SECONDS``, this replica's statistics for the others' ``/stats``
+    (started with a shared state backend only)."""
     while True:
         await _publish_once(state)
         await asyncio.sleep(cluster.PUBLISH_SECONDS)
@@ -842,7 +851,9 @@ def _publish_snapshot(
     """On a worker thread: the snapshot is taken under the registry's lock (the tallies'
     figures are read as they are, each one whole) and sent; when it was taken."""
     snapshot = _snapshot(state, state.sessions.snapshot(rows=True), metric_totals)
-    board.publish(state.replica, cluster.encode(snapshot), cluster.TTL_SECONDS)
+    encoded = cluster.encode(snapshot)
+    board.publish(state.replica, encoded, cluster.TTL_SECONDS)
+    state.published = encoded
     return float(snapshot["published_at"])
 
 
