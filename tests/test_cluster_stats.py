@@ -213,6 +213,28 @@ async def test_a_replica_that_stopped_publishing_drops_out(
     assert "replica-b" not in redis.command("SMEMBERS", "deepmem:replicas")  # name dropped too
 
 
+async def test_a_snapshot_that_cannot_be_read_is_left_out(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    from memory.redis_state import RedisState, RedisStatisticsBoard
+
+    group = await two_replicas(start_proxy, upstream, tmp_path, redis)
+    await post(client, group[1], request_body(3), SESSION)
+    await publish(*group)
+
+    def publish_garbage() -> None:
+        state = RedisState(redis.url)
+        try:
+            RedisStatisticsBoard(state).publish("from-the-future", b"\x00garbage", 60)
+        finally:
+            state.close()
+
+    await asyncio.to_thread(publish_garbage)
+    view = await stats(client, group[0])
+    assert [r["name"] for r in view["replicas"]] == ["replica-a", "replica-b"]
+    assert view["totals"]["requests"] == 1
+
+
 async def test_a_replica_publishes_its_last_figures_when_it_stops(
     start_proxy, upstream, client, tmp_path, redis
 ):
