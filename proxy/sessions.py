@@ -334,13 +334,13 @@ class SessionRegistry:
     def snapshot(self, rows: bool = False) -> dict[str, Any]:
         """The totals and every session, the most recently seen first (``rows``: each with
         its recent requests as ``recent_rows``, in ``RequestRecord.row`` form)."""
-        with self._lock:
+        with self._lock:  # only long enough to copy what the rewrite threads change
             sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
-            listed = [session.as_dict() for session in sessions]
-            if rows:
-                for session, shown in zip(sessions, listed, strict=True):
-                    shown["recent_rows"] = [record.row() for record in session.recent]
-            return {
-                "totals": {"sessions": len(self._sessions), **self.totals.as_dict()},
-                "sessions": listed,
-            }
+            recent = [list(session.recent) for session in sessions] if rows else []
+        listed = [session.as_dict() for session in sessions]
+        for shown, records in zip(listed, recent, strict=False):
+            shown["recent_rows"] = [record.row() for record in records]
+        return {
+            "totals": {"sessions": len(sessions), **self.totals.as_dict()},
+            "sessions": listed,
+        }
