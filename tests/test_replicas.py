@@ -34,6 +34,7 @@ async def replicas(start_proxy, upstream, tmp_path: Path, redis: RedisServer, n:
             upstream=[f"{upstream.url}/v1"],
             data_dir=str(tmp_path / f"replica{k}"),
             state_url=redis.url,
+            replica_name=f"replica{k}",
         )
         for k in range(n)
     ]
@@ -176,6 +177,7 @@ async def test_a_compaction_on_another_replica_builds_the_checkpoint_from_the_se
             data_dir=str(tmp_path / f"replica{k}"),
             state_url=redis.url,
             allowed_roots=str(home),
+            replica_name=f"replica{k}",
         )
         for k in range(2)
     ]
