@@ -223,8 +223,9 @@ def _stem(token: str) -> str:
         return token
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 3:
-            return token[: -len(suffix)]
-    return token
+            token = token[: -len(suffix)]
+            break
+    return token[:-1] if token.endswith("e") and len(token) > 3 else token  # base / bases
 
 
 def fixture_problems(queries: Sequence[Query], memory: BuiltMemory) -> list[str]:
