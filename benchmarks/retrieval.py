@@ -24,7 +24,8 @@ methods (``EMBEDDERS``: embedding models that ship inside a registry package, no
 deepmem dependency) are added as ``dense:<model>`` and ``bigram+<model>`` only where their
 package is installed; methods defined elsewhere pass ``extra_methods`` to ``main``.
 
-    python -m benchmarks.retrieval [--methods bigram,jieba] [--per-group N] [--json]
+    python -m benchmarks.retrieval [--methods bigram,jieba] [--per-group N] [--pad N]
+        [--misses METHOD] [--json]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import random
 import re
 import shutil
 import statistics
@@ -46,10 +48,11 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import memory_search
 from memory.archive import write_checkpoint
 from memory.catalog import _STOPWORDS, CHECKPOINT_FILE, MemoryCatalog, MemorySettings
 from memory.checkpoint import Checkpoint
-from memory.project import project_memory_dir
+from memory.project import global_memory_dir, project_memory_dir
 from memory.store import MEMORY_FILE, NOTES_FILE, normalize
 from memory.tokenize import TokenizerMode, tokenize
 from proxy.injections.recall import MAX_HITS
@@ -262,13 +265,22 @@ def load_checkpoints(fixture: Path = FIXTURE) -> list[Checkpoint]:
     return sorted(checkpoints, key=lambda checkpoint: checkpoint.captured_at)
 
 
-def build_memory(root: Path, fixture: Path = FIXTURE) -> BuiltMemory:
+def build_memory(root: Path, fixture: Path = FIXTURE, pad: int = 0) -> BuiltMemory:
     """The fixture's memory as a project's ``.deep-memory/`` under ``root``; checkpoints in
-    capture order, so ``checkpoint.md`` is the newest one (as after real compactions)."""
+    capture order, so ``checkpoint.md`` is the newest one (as after real compactions).
+
+    ``pad``: that many synthetic entries (``benchmarks.memory_search``'s generator, about
+    another project) go to the global memory, for latency at scale and recall among
+    distractors."""
     data_dir, project = root / "data", root / "project"
     memory_dir = project_memory_dir(project)
     memory_dir.mkdir(parents=True)
     data_dir.mkdir()
+    if pad > 0:
+        global_dir = global_memory_dir(data_dir)
+        global_dir.mkdir()
+        filler = memory_search.memory_md(random.Random(7), pad)
+        (global_dir / MEMORY_FILE).write_text(filler, encoding="utf-8")
     for name in (MEMORY_FILE, NOTES_FILE):
         shutil.copyfile(fixture / name, memory_dir / name)
     for checkpoint in load_checkpoints(fixture):
@@ -296,9 +308,9 @@ def _checkpoint_texts(checkpoint: Checkpoint) -> Iterator[str]:
 
 
 @contextmanager
-def built_memory(fixture: Path = FIXTURE) -> Iterator[BuiltMemory]:
+def built_memory(fixture: Path = FIXTURE, pad: int = 0) -> Iterator[BuiltMemory]:
     with tempfile.TemporaryDirectory(prefix="deepmem-retrieval-") as tmp:
-        yield build_memory(Path(tmp), fixture)
+        yield build_memory(Path(tmp), fixture, pad)
 
 
 # ---------------------------------------------------------------- fixture checks
@@ -472,6 +484,21 @@ def render_table(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def misses(queries: Sequence[Query], search: Searcher) -> list[str]:
+    """One line per query the method got wrong: a target not in the top ``TOP``, or an
+    unrelated query that recalled something; with the first line it did return."""
+    lines: list[str] = []
+    for query in queries:
+        found = search(query.text)
+        rank = rank_of(query, found) if query.targets else None
+        wrong = bool(found) if not query.targets else rank is None or rank > TOP
+        if wrong:
+            want = f" | want: {query.targets[0]}" if query.targets else ""
+            got = found[0] if found else "(nothing)"
+            lines.append(f"{query.id} (rank {rank}) | {query.text}{want} | got: {got}")
+    return lines
+
+
 def select(queries: Sequence[Query], per_group: int | None) -> list[Query]:
     if per_group is None:
         return list(queries)
@@ -496,18 +523,35 @@ def main(
     )
     parser.add_argument("--per-group", type=int, default=None, help="first N queries per group")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--pad",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N synthetic entries about another project (latency at scale, distractors)",
+    )
+    parser.add_argument(
+        "--misses", metavar="METHOD", help="also list the queries METHOD gets wrong"
+    )
     args = parser.parse_args(argv)
     chosen = [name.strip() for name in args.methods.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in methods]
+    unknown = [name for name in [*chosen, args.misses or chosen[0]] if name not in methods]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; known: {sorted(methods)}")
     queries = select(load_queries(), args.per_group)
-    with built_memory() as memory:
+    with built_memory(pad=args.pad) as memory:
         problems = fixture_problems(queries, memory)
         if problems:
             raise SystemExit("the fixture is wrong:\n  " + "\n  ".join(problems))
         results = run(queries, {name: methods[name] for name in chosen}, memory)
-    report = {"entries": len(memory.entries), "queries": len(queries), "methods": results}
+        wrong = misses(queries, methods[args.misses](memory)) if args.misses else None
+    report: dict[str, Any] = {
+        "entries": len(memory.entries),
+        "queries": len(queries),
+        "methods": results,
+    }
+    if wrong is not None:
+        report["misses"] = {args.misses: wrong}
     if args.json:
         json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -517,6 +561,9 @@ def main(
             f"ProjectMemory.recall(text, {MAX_HITS}) at {NOW}"
         )
         print(render_table(results))
+        if wrong is not None:
+            print(f"\n{len(wrong)} queries {args.misses} gets wrong:")
+            print("\n".join(wrong))
     return report
 
 

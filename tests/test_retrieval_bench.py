@@ -181,3 +181,14 @@ def test_benchmark_runs_on_a_subset(capsys: pytest.CaptureFixture[str]) -> None:
     assert bigram["groups"]["same_words"]["recall@5"] > 0  # BM25 finds shared words
     assert 0 <= bigram["false_recall"] <= 1
     assert bigram["latency_ms"]["p95"] >= bigram["latency_ms"]["p50"] > 0
+
+
+def test_padding_and_misses(memory: BuiltMemory, capsys: pytest.CaptureFixture[str]) -> None:
+    report = retrieval.main(
+        ["--per-group", "4", "--methods", "bigram", "--pad", "50", "--misses", "bigram"]
+    )
+    assert report["entries"] == len(memory.entries) + 50  # the filler is indexed too
+    wrong = report["misses"]["bigram"]
+    asked = {query.id for query in retrieval.select(load_queries(), 4)}
+    assert wrong and all(line.split(" ")[0] in asked for line in wrong)
+    assert f"{len(wrong)} queries bigram gets wrong" in capsys.readouterr().out
