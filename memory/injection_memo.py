@@ -12,9 +12,8 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 
-from cachetools import LRUCache
-
 from memory.db import exclusive, state_errors, write_transaction
+from memory.live import LiveCopies
 
 SYSTEM_ANCHOR = "system"
 LIVE_BYTES = 4 * 1024 * 1024  # in-process injections, by their text
@@ -71,9 +70,7 @@ class InjectionMemo:
 
     def __init__(self, db: sqlite3.Connection, live_bytes: int = LIVE_BYTES) -> None:
         self.db = db
-        self._live: LRUCache[str, SessionInjections] = LRUCache(
-            maxsize=live_bytes, getsizeof=SessionInjections.size
-        )
+        self._live: LiveCopies[SessionInjections] = LiveCopies(live_bytes, SessionInjections.size)
         with state_errors("cannot create the injection table"):
             db.executescript(SCHEMA)
 
@@ -95,7 +92,7 @@ class InjectionMemo:
                     memo.by_anchor[anchor] = Injected(
                         text, turn, tuple(filter(None, nudges.split(",")))
                     )
-            self._keep(session_id, memo)
+            self._live.keep(session_id, memo)
             return memo
 
     def set_stable(self, session_id: str, text: str) -> None:
@@ -103,25 +100,18 @@ class InjectionMemo:
             stored = self._insert(session_id, SYSTEM_ANCHOR, Injected(text, -1))
             memo = self.load(session_id)
             memo.stable = stored.text
-            self._keep(session_id, memo)
+            self._live.keep(session_id, memo)
 
     def add(self, session_id: str, anchor: str, injected: Injected) -> None:
         with exclusive(self.db):
             stored = self._insert(session_id, anchor, injected)
             memo = self.load(session_id)
             memo.by_anchor[anchor] = stored
-            self._keep(session_id, memo)
-
-    def _keep(self, session_id: str, memo: SessionInjections) -> None:
-        """(Re-)insert a live memo, so the cache accounts for what it holds now."""
-        if memo.size() <= self._live.maxsize:
-            self._live[session_id] = memo
-        else:
-            self._live.pop(session_id, None)
+            self._live.keep(session_id, memo)
 
     @property
     def live_bytes(self) -> int:
-        return int(self._live.currsize)
+        return self._live.bytes
 
     def _insert(self, session_id: str, anchor: str, injected: Injected) -> Injected:
         """Write the row unless one exists, and return what the row holds: a second process
@@ -152,7 +142,7 @@ class InjectionMemo:
 
     def forget_live(self, session_id: str) -> None:
         with exclusive(self.db):
-            self._live.pop(session_id, None)
+            self._live.drop(session_id)
 
     def prune(self, max_age_days: float) -> int:
         """Forget the injections of sessions not seen for ``max_age_days``."""
@@ -167,5 +157,5 @@ class InjectionMemo:
             ]
             for session_id in stale:
                 self.db.execute("DELETE FROM injection WHERE session = ?", (session_id,))
-                self._live.pop(session_id, None)
+                self._live.drop(session_id)
             return len(stale)

@@ -6,10 +6,9 @@ import sqlite3
 import time
 from collections.abc import Mapping
 
-from cachetools import LRUCache
-
 from compressors.pipeline import Decision, SessionMemo
 from memory.db import exclusive, state_errors, write_transaction
+from memory.live import LiveCopies
 from memory.state import StateConflict
 
 LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
@@ -56,7 +55,7 @@ class MemoStore:
     ) -> None:
         self.db = db
         self.max_sessions = max_sessions
-        self._live: LRUCache[str, SessionMemo] = LRUCache(maxsize=live_bytes, getsizeof=memo_size)
+        self._live: LiveCopies[SessionMemo] = LiveCopies(live_bytes, memo_size)
         self._saves = 0
         with state_errors("cannot create the memo tables"):
             db.executescript(SCHEMA)
@@ -84,13 +83,13 @@ class MemoStore:
                         (session_id,),
                     ):
                         memo.decisions[fp] = Decision(level=level, text=text, final=bool(final))
-            self._keep(session_id, memo)
+            self._live.keep(session_id, memo)
             return memo
 
     def forget_live(self, session_id: str) -> None:
         """Drop the in-process copy; the next ``load`` reads what was really saved."""
         with exclusive(self.db):
-            self._live.pop(session_id, None)
+            self._live.drop(session_id)
 
     def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
         """Persist the session's state and its changed decisions in one transaction; raises
@@ -109,10 +108,10 @@ class MemoStore:
                             ],
                         )
             except StateConflict:
-                self._live.pop(session_id, None)
+                self._live.drop(session_id)
                 raise
             memo.version += 1
-            self._keep(session_id, memo)
+            self._live.keep(session_id, memo)
             self._saves += 1
             if self._saves % 100 == 0:
                 self.prune()
@@ -154,16 +153,9 @@ class MemoStore:
             for session_id in stale:
                 self.db.execute("DELETE FROM memo_decision WHERE session = ?", (session_id,))
                 self.db.execute("DELETE FROM memo_session WHERE session = ?", (session_id,))
-                self._live.pop(session_id, None)
+                self._live.drop(session_id)
             return len(stale)
-
-    def _keep(self, session_id: str, memo: SessionMemo) -> None:
-        """(Re-)insert a live memo, so the cache accounts for what it holds now."""
-        if memo_size(memo) <= self._live.maxsize:
-            self._live[session_id] = memo
-        else:
-            self._live.pop(session_id, None)
 
     @property
     def live_bytes(self) -> int:
-        return int(self._live.currsize)
+        return self._live.bytes

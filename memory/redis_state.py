@@ -64,7 +64,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar, cast
 
-from cachetools import LRUCache, TTLCache
+from cachetools import TTLCache
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -77,6 +77,7 @@ from compressors.pipeline import Decision, SessionMemo
 from compressors.view import Dialect
 from memory.injection_memo import LIVE_BYTES as INJECTION_LIVE_BYTES
 from memory.injection_memo import SYSTEM_ANCHOR, Injected, SessionInjections
+from memory.live import LiveCopies
 from memory.memo import LIVE_BYTES as MEMO_LIVE_BYTES
 from memory.memo import memo_size
 from memory.state import StateConflict, StateUnavailable
@@ -413,7 +414,7 @@ class RedisDecisionMemos:
     ) -> None:
         self.state = state
         self._ttl = _seconds(retention_days)
-        self._live: LRUCache[str, SessionMemo] = LRUCache(maxsize=live_bytes, getsizeof=memo_size)
+        self._live: LiveCopies[SessionMemo] = LiveCopies(live_bytes, memo_size)
         self._lock = threading.Lock()
         self._load = state.client.register_script(_LOAD_MEMO)
         self._save = state.client.register_script(_SAVE_MEMO)
@@ -473,7 +474,7 @@ class RedisDecisionMemos:
 
     def forget_live(self, session_id: str) -> None:
         with self._lock:
-            self._live.pop(session_id, None)
+            self._live.drop(session_id)
 
     def prune(self) -> int:
         return 0  # sessions expire by their TTL, the retention
@@ -481,14 +482,11 @@ class RedisDecisionMemos:
     def _keep(self, session_id: str, memo: SessionMemo) -> None:
         """(Re-)insert a live memo, so the cache accounts for what it holds now."""
         with self._lock:
-            if memo_size(memo) <= self._live.maxsize:
-                self._live[session_id] = memo
-            else:
-                self._live.pop(session_id, None)
+            self._live.keep(session_id, memo)
 
     @property
     def live_bytes(self) -> int:
-        return int(self._live.currsize)
+        return self._live.bytes
 
 
 def _encode_injected(injected: Injected) -> bytes:
@@ -522,9 +520,7 @@ class RedisInjectionMemos:
     ) -> None:
         self.state = state
         self._ttl = _seconds(retention_days)
-        self._live: LRUCache[str, SessionInjections] = LRUCache(
-            maxsize=live_bytes, getsizeof=SessionInjections.size
-        )
+        self._live: LiveCopies[SessionInjections] = LiveCopies(live_bytes, SessionInjections.size)
         self._lock = threading.Lock()
         self._load = state.client.register_script(_LOAD_INJECTIONS)
         self._add = state.client.register_script(_ADD_INJECTION)
@@ -582,7 +578,7 @@ class RedisInjectionMemos:
 
     def forget_live(self, session_id: str) -> None:
         with self._lock:
-            self._live.pop(session_id, None)
+            self._live.drop(session_id)
 
     def prune(self, max_age_days: float) -> int:
         return 0  # sessions expire by their TTL, the retention
@@ -590,14 +586,11 @@ class RedisInjectionMemos:
     def _keep(self, session_id: str, memo: SessionInjections) -> None:
         """(Re-)insert a live copy, so the cache accounts for what it holds now."""
         with self._lock:
-            if memo.size() <= self._live.maxsize:
-                self._live[session_id] = memo
-            else:
-                self._live.pop(session_id, None)
+            self._live.keep(session_id, memo)
 
     @property
     def live_bytes(self) -> int:
-        return int(self._live.currsize)
+        return self._live.bytes
 
 
 class RedisClock:

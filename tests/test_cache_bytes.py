@@ -89,8 +89,8 @@ async def test_many_sessions_with_large_bodies_stay_under_the_caps(proxy, client
     [compaction] = [t for t in state.addons if isinstance(t, CompactionStage)]
     assert 0 < state.sessions.prefixes.bytes <= MAX_BYTES
     assert 0 < compaction.histories.bytes <= HISTORY_BYTES
-    assert state.stores.memos.live_bytes <= state.stores.memos._live.maxsize
-    assert state.stores.injections.live_bytes <= state.stores.injections._live.maxsize
+    assert state.stores.memos.live_bytes <= state.stores.memos._live.max_bytes
+    assert state.stores.injections.live_bytes <= state.stores.injections._live.max_bytes
 
 
 def test_session_statistics_keep_a_bounded_number_of_recent_requests():

@@ -1,0 +1,41 @@
+"""The in-process copies of sessions' state that a store keeps for its warm loads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from cachetools import LRUCache
+
+T = TypeVar("T")
+
+
+class LiveCopies(Generic[T]):
+    """At most ``max_bytes`` of copies (as ``size`` measures them), the least recently used
+    dropped first. Not locked: the store that owns it holds its own lock around each call."""
+
+    def __init__(self, max_bytes: int, size: Callable[[T], int]) -> None:
+        self._copies: LRUCache[str, T] = LRUCache(maxsize=max_bytes, getsizeof=size)
+        self._size = size
+
+    def get(self, session_id: str) -> T | None:
+        return self._copies.get(session_id)
+
+    def keep(self, session_id: str, copy: T) -> None:
+        """(Re-)insert a copy, so the cache accounts for what it holds now; one larger than
+        the whole cache is not kept."""
+        if self._size(copy) <= self._copies.maxsize:
+            self._copies[session_id] = copy
+        else:
+            self._copies.pop(session_id, None)
+
+    def drop(self, session_id: str) -> None:
+        self._copies.pop(session_id, None)
+
+    @property
+    def bytes(self) -> int:
+        return int(self._copies.currsize)
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self._copies.maxsize)
