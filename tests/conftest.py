@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from proxy.app import STATE, ProxyState, create_app
 from proxy.config import load_settings
 from proxy.flow import Addon
 from tests.fake_upstream import FakeUpstream
+from tests.redis_server import RedisServer, redis_server_program
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -80,3 +81,15 @@ async def proxy(start_proxy: ProxyFactory, upstream: FakeUpstream) -> RunningPro
 async def client() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         yield session
+
+
+REDIS_PASSWORD = "replica-secret-7f3a"  # never in a message, a page or a log
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real, password-protected Redis server of the test's own (tests/redis_server.py)."""
+    running = RedisServer(redis_server_program(), tmp_path / "redis", REDIS_PASSWORD)
+    running.directory.mkdir()
+    yield running.start()
+    running.stop()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,19 +20,10 @@ from proxy.app import STATE
 from proxy.config import load_settings
 from proxy.costs import StreamTokens
 from proxy.sessions import RECENT_REQUESTS, RequestRecord
-from tests.redis_server import RedisServer, redis_server_program
 from tests.test_durability import health, post, request_body
 
 SESSION = "ses_cluster"
 LONE = "ses_only_on_a"
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    running = RedisServer(redis_server_program(), tmp_path / "redis")
-    running.directory.mkdir()
-    yield running.start()
-    running.stop()
 
 
 async def stats(client, proxy, query: str = "") -> dict[str, Any]:

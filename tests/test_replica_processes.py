@@ -11,7 +11,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -124,14 +124,6 @@ class Cluster:
     def stop(self) -> None:
         for replica in self.replicas:
             stop_replica(replica)
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    running = RedisServer(redis_server_program(), tmp_path / "redis")
-    running.directory.mkdir()
-    yield running.start()
-    running.stop()
 
 
 @asynccontextmanager

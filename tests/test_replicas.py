@@ -5,27 +5,17 @@ away, back without a restart."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from compressors.markers import marker_keys
-from tests.redis_server import RedisServer, redis_server_program
+from tests.conftest import REDIS_PASSWORD as PASSWORD
+from tests.redis_server import RedisServer
 from tests.test_durability import health, post, request_body, sent_keys, tool_outputs
 
-PASSWORD = "replica-secret-7f3a"
 SESSIONS = ("ses_replica_a", "ses_replica_b")
 STEPS = range(3, 11)
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    running = RedisServer(redis_server_program(), tmp_path / "redis", PASSWORD)
-    running.directory.mkdir()
-    yield running.start()
-    running.stop()
 
 
 async def replicas(start_proxy, upstream, tmp_path: Path, redis: RedisServer, n: int = 3):
