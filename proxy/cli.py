@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         "expand",
         help="print the original a marker's key stands for",
         description="Print the exact original bytes a [deep-memory: …] marker's key stands for, "
-        "read from the data dir's state database (the proxy need not run).",
+        "read from the data dir's state database, or from the Redis server --state-url names "
+        "(the proxy need not run).",
     )
     expand_cmd.add_argument("key", help="ccr:<24 hex> or the 24 hex digits")
     expand_cmd.add_argument(
