@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import app as app_module
-from proxy import cluster
+from proxy import cluster, statistics
 from proxy.app import STATE
 from proxy.config import load_settings
 from proxy.costs import StreamTokens
@@ -35,7 +34,7 @@ async def stats(client, proxy, query: str = "") -> dict[str, Any]:
 async def publish(*replicas) -> None:
     await asyncio.sleep(0.05)  # the last answer's figures are counted after it is sent
     for replica in replicas:
-        await app_module._publish_once(replica.app[STATE])
+        await statistics.publish_once(replica.app[STATE])
 
 
 async def two_replicas(start_proxy, upstream, tmp_path, redis):
