@@ -30,6 +30,7 @@ from memory.archive import ArchiveError, archived_message, session_checkpoints
 from memory.catalog import ProjectMemory
 from memory.files import LockTimeout
 from memory.project import PROJECT_HEADER
+from memory.state import StateUnavailable
 from proxy import memory_api
 from proxy.admin import error_response, json_response
 from proxy.config import Settings
@@ -203,6 +204,8 @@ def _session_answer(
         )
     except ValueError as exc:
         return error_response(400, str(exc), "invalid_request", "bad_project")
+    except StateUnavailable as exc:  # the session's project lives in a shared backend, away
+        return error_response(503, str(exc), "state_unavailable", "state_unavailable")
     memory = service.catalog.get(project)
     memory_dir = memory.memory_dir or memory.global_dir
     what = request.match_info.get("n")

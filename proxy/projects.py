@@ -156,7 +156,13 @@ class ProjectResolver:
             return ProjectChoice(self.check(endpoint, "the endpoint's"), "endpoint")
         if self.configured is not None:
             return ProjectChoice(self.check(str(self.configured), "the configured"), "config")
-        active = self.active()
+        try:
+            active = self.active()
+        except StateUnavailable as exc:  # a shared state backend is away: never guess
+            raise AmbiguousProject(
+                f"the active sessions' project is unknown now ({exc}); pass 'project' with the "
+                "absolute path of the one you mean"
+            ) from exc
         if len(active) == 1:
             return ProjectChoice(active[0], "active session")
         if len(active) > 1:

@@ -64,3 +64,25 @@ def test_a_refused_call_project_names_its_source_once(tmp_path):
         "the configured project directory",
     ]
     assert all("project project" not in message for message in messages)
+
+
+def test_an_unreachable_shared_activity_never_makes_a_call_guess_its_project(tmp_path):
+    """With replicas, which project the sessions work in is in the shared state: while it
+    cannot be read, a memory call without a project is refused, not sent to the global memory."""
+    from memory.state import StateUnavailable
+    from proxy.projects import AmbiguousProject, ProjectResolver
+
+    class Away:
+        def note(self, session_id: str, project: str, now: float) -> None:
+            pass
+
+        def project_of(self, session_id: str) -> str | None:
+            raise StateUnavailable("cannot read the project of session s on redis://h/0")
+
+        def active_since(self, since: float) -> list[str]:
+            raise StateUnavailable("cannot read the active projects on redis://h/0")
+
+    resolver = ProjectResolver(None, (tmp_path,), activity=Away())
+    with pytest.raises(AmbiguousProject, match=r"unknown now .*pass 'project'"):
+        resolver.for_call(None, None)
+    assert resolver.for_call(str(tmp_path), None).path == tmp_path
