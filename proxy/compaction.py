@@ -203,7 +203,11 @@ class CompactionStage:
     def _history(
         self, conversation: Conversation, session_id: str, now: datetime
     ) -> tuple[list[Any], str, Checkpoint]:
-        cached = self.histories.get(session_id)
+        try:
+            cached = self.histories.get(session_id)
+        except StateUnavailable as exc:  # a shared backend away: the transcript still serves
+            log.warning("session %s: %s; the checkpoint comes from the transcript", session_id, exc)
+            cached = None
         if cached is not None:
             dialect, raw = cached
             seen = parse_conversation(dialect, orjson.loads(raw))

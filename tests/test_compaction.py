@@ -467,3 +467,32 @@ async def test_the_checkpoint_is_on_disk_before_the_compaction_goes_upstream(
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_order")
     assert on_disk_when_forwarded == [True]
+
+
+async def test_a_compaction_whose_history_cannot_be_read_keeps_its_checkpoint(
+    start_proxy, upstream, client, tmp_path
+):
+    """With a shared state backend away, the session's last request cannot be read: the
+    checkpoint comes from the compaction's own transcript, and the request is still handled."""
+    from memory.state import StateUnavailable
+    from proxy.compaction import CompactionStage
+
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    [compaction] = [a for a in proxy.state.addons if isinstance(a, CompactionStage)]
+
+    class Away:
+        def remember(self, session_id, dialect, raw) -> None:
+            pass
+
+        def get(self, session_id):
+            raise StateUnavailable("cannot read the last request of session ses_h on redis://h/0")
+
+    compaction.histories = Away()
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_h")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_h")
+    memory_dir = project / ".deep-memory"
+    [line] = (memory_dir / LOG_FILE).read_text().splitlines()
+    assert orjson.loads(line)["source"] == "transcript"
+    assert Checkpoint.parse((memory_dir / CHECKPOINT_FILE).read_text()).session_id == "ses_h"
+    assert proxy.state.sessions.get("ses_h").tally.fail_opens == 0
