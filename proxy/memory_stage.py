@@ -135,7 +135,10 @@ class MemoryStage:
         return changed
 
     def _decide(self, moment: Moment) -> list[Piece]:
-        return [piece for injection in self.injections for piece in injection.decide(moment)]
+        moment.shown = []
+        for injection in self.injections:
+            moment.shown.extend(injection.decide(moment))
+        return moment.shown
 
 
 def build_memory_stage(

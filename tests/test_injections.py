@@ -94,6 +94,18 @@ def test_recall_answers_the_newest_message_and_counts_what_it_shows(tmp_path):
     assert recall.decide(older) == []
 
 
+def test_recall_leaves_out_what_the_resume_block_shows(tmp_path):
+    """Regression: a session's first recall block repeated lines its resume block showed."""
+    recall = Recall(1000, 400, MemoryReader())
+    found = at_newest(moment(tmp_path, ["how do deploys reach the staging cluster?"]))
+    (piece,) = recall.decide(found)
+    line = next(line for line in piece.text.splitlines() if "staging cluster first" in line)
+    text = line.split(") ", 1)[1].rsplit(" [", 1)[0]
+    again = at_newest(moment(tmp_path, ["how do deploys reach the staging cluster?"]))
+    again.shown = [Piece(RESUME_KIND, f"checkpoint essentials:\n- {text}", "resume:1")]
+    assert all("staging cluster first" not in p.text for p in recall.decide(again))
+
+
 def test_a_nudge_waits_for_its_cooldown(tmp_path):
     nudges = Nudges(cooldown_turns=5, pressure_tokens=1)
     found = at_newest(moment(tmp_path, ["We decided to always use uv from now on", "go on"]))

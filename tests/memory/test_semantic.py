@@ -1,0 +1,172 @@
+"""Search by meaning: the vector cache, the fusion with BM25, its floor, near-duplicates by
+meaning, and memory without the extra. A toy model pins the plumbing; the real model (the
+``semantic`` extra, installed by ``.[test]``) pins what it is for."""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections.abc import Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+
+from memory import semantic
+from memory.catalog import MemoryCatalog, MemorySettings
+from memory.search import MemoryIndex
+from memory.semantic import Embeddings, Model
+
+NOW = date(2026, 11, 1)
+# A toy meaning: each text's vector says which of these topics it mentions.
+TOPICS = (("deploy", "ship", "release", "发布"), ("database", "postgres", "sql", "数据库"))
+
+
+class ToyModel(Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.embedded.extend(texts)
+        rows = []
+        for text in texts:
+            lowered = text.lower()
+            row = [0.0] * semantic.DIMENSIONS
+            for position, topic in enumerate(TOPICS):
+                row[position] = float(any(word in lowered for word in topic))
+            row[len(TOPICS) + zlib.crc32(text.encode()) % 400] = 0.1  # the rest of its meaning
+            rows.append(row)
+        matrix = numpy.asarray(rows, numpy.float32)
+        return matrix / numpy.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def _memory(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "MEMORY.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_vectors_are_computed_once_per_text_and_survive_a_restart(tmp_path: Path) -> None:
+    model = ToyModel()
+    embeddings = Embeddings(tmp_path / "embeddings.sqlite3", model)
+    first = embeddings.vectors(["ship it", "use postgres", "ship it"])
+    assert model.embedded == ["ship it", "use postgres"]  # a repeated text is embedded once
+    again = embeddings.vectors(["use postgres"])
+    assert model.embedded == ["ship it", "use postgres"]
+    assert numpy.array_equal(again[0], first[1])
+    embeddings.close()
+
+    restarted_model = ToyModel()
+    restarted = Embeddings(tmp_path / "embeddings.sqlite3", restarted_model)
+    assert numpy.array_equal(restarted.vectors(["ship it"])[0], first[0])
+    assert restarted_model.embedded == []  # read from the file
+    restarted.close()
+    with sqlite3.connect(tmp_path / "embeddings.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM vectors").fetchone() == (2,)
+
+
+def test_an_unusable_cache_file_only_costs_recomputation(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()  # a directory where the file should be
+    model = ToyModel()
+    embeddings = Embeddings(tmp_path / "cache", model)
+    assert embeddings.vectors(["ship it"]).shape == (1, semantic.DIMENSIONS)
+    assert model.embedded == ["ship it"]
+
+
+def test_a_match_by_meaning_without_a_shared_word(tmp_path: Path) -> None:
+    path = _memory(
+        tmp_path,
+        "## Decisions\n- releases go through the staging cluster first\n"
+        "- invoices are numbered per tenant\n",
+    )
+    lexical = MemoryIndex([path])
+    assert lexical.search("how do we ship", floor=0.2, now=NOW) == []
+    dense = Embeddings(None, ToyModel()).scorer()
+    hybrid = MemoryIndex([path], dense=dense)
+    hits = hybrid.search("how do we ship", floor=0.2, now=NOW)
+    assert [hit.entry.text for hit in hits] == ["releases go through the staging cluster first"]
+    # nothing near in meaning and no shared word: nothing at all
+    assert hybrid.search("bake a cake", floor=0.2, now=NOW) == []
+    # the words still count: a match by words alone is found when the meaning is far
+    words = hybrid.search("invoices numbered", floor=0.2, now=NOW)
+    assert [hit.entry.text for hit in words] == ["invoices are numbered per tenant"]
+
+
+def test_the_query_is_embedded_once_per_search_and_entries_once(tmp_path: Path) -> None:
+    path = _memory(tmp_path, "## Facts\n- we deploy on fridays\n- postgres 16\n")
+    model = ToyModel()
+    index = MemoryIndex([path], dense=Embeddings(None, model).scorer())
+    index.search("release day", now=NOW)
+    index.search("which database", now=NOW)
+    assert model.embedded == [
+        "we deploy on fridays",
+        "postgres 16",
+        "release day",
+        "which database",
+    ]
+
+
+def test_near_duplicates_by_meaning_are_refused_on_store(tmp_path: Path) -> None:
+    settings = MemorySettings(semantic=True)
+    catalog = MemoryCatalog(tmp_path / "data", settings)
+    assert catalog.embeddings is not None
+    catalog.embeddings.model = ToyModel()
+    memory = catalog.get(None)
+    assert memory.store.store("Facts", "we deploy with helm").stored
+    again = memory.store.store("Facts", "releases ship through argo")  # same toy meaning
+    assert not again.stored and "same meaning" in again.reason
+    assert memory.store.store("Facts", "postgres is the database").stored
+    assert catalog.search_method == "bm25+use-m3"
+    catalog.close()
+
+
+def test_without_the_extra_search_is_bm25_alone(tmp_path: Path) -> None:
+    catalog = MemoryCatalog(tmp_path / "data", MemorySettings())
+    assert catalog.embeddings is None and catalog.search_method == "bm25"
+    memory = catalog.get(None)
+    assert memory.index.dense is None and memory.store.meaning is None
+    assert memory.store.store("Facts", "we deploy with helm").stored
+    assert memory.store.store("Facts", "releases ship through argo").stored
+
+
+def test_memory_service_turns_it_on_only_where_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.config import Settings
+    from proxy.memory_api import memory_service
+
+    settings = Settings(data_dir=tmp_path)
+    monkeypatch.setattr(semantic, "installed", lambda: False)
+    assert memory_service(settings).catalog.search_method == "bm25"
+    monkeypatch.setattr(semantic, "installed", lambda: True)
+    assert memory_service(settings).catalog.search_method == "bm25+use-m3"
+    off = Settings(data_dir=tmp_path, memory_semantic="off")
+    assert memory_service(off).catalog.search_method == "bm25"
+
+
+def test_a_model_that_cannot_load_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(semantic, "MODULE", "no_such_embedding_module")
+    with pytest.raises(semantic.SemanticUnavailable, match="cannot load"):
+        Model().embed(["text"])
+
+
+real_model = pytest.mark.skipif(not semantic.installed(), reason="the semantic extra")
+
+
+@real_model
+def test_the_real_model_finds_paraphrases_and_the_other_language(tmp_path: Path) -> None:
+    path = _memory(
+        tmp_path,
+        "## Decisions\n- Releases go through the staging cluster first\n"
+        "- Use PostgreSQL 16 as the primary database\n"
+        "- 发票编号按租户连续递增\n",
+    )
+    index = MemoryIndex([path], dense=Embeddings(None).scorer())
+    engine = index.search("what SQL engine backs the app", floor=0.2, now=NOW)
+    assert engine and engine[0].entry.text.startswith("Use PostgreSQL")
+    numbered = index.search("how are invoice numbers assigned", floor=0.2, now=NOW)
+    assert numbered and numbered[0].entry.text.startswith("发票编号")
+    assert index.search("write a haiku about autumn leaves", floor=0.2, now=NOW) == []
