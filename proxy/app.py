@@ -35,6 +35,7 @@ from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
 from proxy.memory_http import memory_handler, session_handler
 from proxy.metrics import Metrics
+from proxy.opt_out import OptOut
 from proxy.pipeline import (
     GIL_SWITCH_SECONDS,
     Outcome,
@@ -83,9 +84,11 @@ class ProxyState:
     publish_error: str | None = None  # why the last publishing failed
     own_addons: bool = True  # built from the settings (not given by a test)
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
+    opt_out: OptOut = field(init=False)  # requests relayed untouched by the user's choice
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
+        self.opt_out = OptOut.from_settings(self.settings)
         self.replica = cluster.replica_name(self.settings)
         self.sessions = SessionRegistry(self.settings.max_sessions, replica=self.replica)
 
@@ -293,7 +296,7 @@ def _prepare(
     state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
 ) -> tuple[Rewrite, Session | None, RequestRecord]:
     """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
-    result = rewrite_request(raw, dialect, headers, state.addons, state.stores.clock)
+    result = rewrite_request(raw, dialect, headers, state.addons, state.stores.clock, state.opt_out)
     session = None
     if result.session_id:
         session = state.sessions.touch(
@@ -425,6 +428,8 @@ def _account(state: ProxyState, outbound: _Outbound) -> None:
         tally.bytes_out += outbound.bytes_out
         tally.kinds[outbound.kind] += 1
         tally.fail_opens += outbound.outcome == Outcome.FAILED_OPEN
+        if outbound.rewrite is not None and outbound.rewrite.relay_reason is not None:
+            tally.relayed[outbound.rewrite.relay_reason] += 1
         if flow is not None:
             flow.account(tally)
     session, record = outbound.session, outbound.record

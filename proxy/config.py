@@ -19,7 +19,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from proxy import cluster, compaction, compression, injections, memory_api, projects, stores
+from proxy import (
+    cluster,
+    compaction,
+    compression,
+    injections,
+    memory_api,
+    opt_out,
+    projects,
+    stores,
+)
 from proxy.logs import redact_text
 from proxy.options import (
     ENV_PREFIX,
@@ -169,6 +178,7 @@ OPTIONS: tuple[Option, ...] = (
     *projects.OPTIONS,
     *memory_api.OPTIONS,
     *compression.OPTIONS,
+    *opt_out.OPTIONS,
     *compaction.OPTIONS,
     *injections.OPTIONS,
 )
@@ -224,6 +234,8 @@ class Settings:
     compress_live_turn: bool = _default("compress_live_turn")
     pressure_thresholds: tuple[int, ...] = _default("pressure_thresholds")
     protected_tools: tuple[str, ...] = _default("protected_tools")
+    relay_models: tuple[str, ...] = _default("relay_models")
+    relay_sessions: tuple[str, ...] = _default("relay_sessions")
     retention_days: float = _default("retention_days")
     state_url: str | None = _default("state_url")
     replica_name: str | None = _default("replica_name")
@@ -398,7 +410,13 @@ def load_settings(
 
     upstream_specs = resolved.pop("upstream")
     data_dir = resolved.pop("data_dir") or _default_data_dir()
-    for name in ("pressure_thresholds", "protected_tools", "allowed_hosts"):
+    for name in (
+        "pressure_thresholds",
+        "protected_tools",
+        "allowed_hosts",
+        "relay_models",
+        "relay_sessions",
+    ):
         resolved[name] = tuple(resolved[name])
     roots = resolved.pop("allowed_roots") or [str(Path.home())]
     resolved["allowed_roots"] = tuple(Path(root).expanduser() for root in roots)

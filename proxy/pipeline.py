@@ -24,6 +24,7 @@ from compressors.wire import parse_conversation
 from memory.interfaces import RequestClock
 from memory.state import StateConflict, StateUnavailable
 from proxy.flow import Addon, Flow
+from proxy.opt_out import OptOut
 from proxy.sessions import RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
@@ -51,6 +52,7 @@ class Outcome:
     NOT_JSON = "not_json"  # relayed untouched, the provider answers it
     NOT_CHAT = "not_chat"  # JSON, but not a conversation of this dialect (UnrecognisedBody)
     FAILED_OPEN = "failed_open"  # our code raised; original bytes go upstream
+    OPTED_OUT = "opted_out"  # the user asked for it to go untouched (proxy.opt_out)
 
 
 @dataclass(slots=True)
@@ -62,6 +64,7 @@ class Rewrite:
     conversation: Conversation | None = None
     error: str | None = None
     flow: Flow | None = None  # None when the body was not parsed
+    relay_reason: str | None = None  # why it went untouched unread, or by the user's choice
 
     @property
     def changed(self) -> bool:
@@ -74,13 +77,15 @@ def rewrite_request(
     headers: Any,
     addons: Sequence[Addon] = (),
     clock: RequestClock | None = None,
+    opt_out: OptOut | None = None,
 ) -> Rewrite:
-    """Never raises: every failure path returns the original bytes."""
+    """Never raises: every failure path returns the original bytes, and so does a request
+    ``opt_out`` names (before any addon runs)."""
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
     try:
         body, _ = jsontext.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
-        return Rewrite(raw, Outcome.NOT_JSON, session_id, kind)
+        return Rewrite(raw, Outcome.NOT_JSON, session_id, kind, relay_reason=Outcome.NOT_JSON)
     try:
         try:
             conversation = parse_conversation(dialect, body)
@@ -88,9 +93,21 @@ def rewrite_request(
             log.info(
                 "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc
             )
-            return Rewrite(raw, Outcome.NOT_CHAT, session_id, kind, error=str(exc))
+            return Rewrite(
+                raw,
+                Outcome.NOT_CHAT,
+                session_id,
+                kind,
+                error=str(exc),
+                relay_reason=Outcome.NOT_CHAT,
+            )
         session_id = session_id_for(headers, conversation)
         kind = classify(conversation)
+        reason = opt_out.reason(headers, body) if opt_out is not None else None
+        if reason is not None:
+            return Rewrite(
+                raw, Outcome.OPTED_OUT, session_id, kind, conversation, relay_reason=reason
+            )
         if not addons:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
         idle = _idle_seconds(clock, session_id)

@@ -13,6 +13,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from compressors.view import Dialect
 from compressors.wire import sse_error_event
 from proxy.config import Settings
+from proxy.opt_out import OPT_OUT_HEADER
 from proxy.usage import UsageReader
 
 # RFC 9110 section 7.6.1, plus the headers the proxy sets itself.
@@ -45,9 +46,9 @@ def _connection_tokens(headers: CIMultiDictProxy[str]) -> set[str]:
 def upstream_request_headers(
     headers: CIMultiDictProxy[str], *, keep_content_length: bool
 ) -> CIMultiDict[str]:
-    """The client's headers, byte for byte, less hop-by-hop ones, ``Host`` and (when the body
-    is re-sent by the proxy) ``Content-Length``."""
-    drop = HOP_BY_HOP | _connection_tokens(headers) | {"host"}
+    """The client's headers, byte for byte, less hop-by-hop ones, ``Host``, deepmem's own
+    ``x-deep-memory`` and (when the body is re-sent by the proxy) ``Content-Length``."""
+    drop = HOP_BY_HOP | _connection_tokens(headers) | {"host", OPT_OUT_HEADER}
     if not keep_content_length:
         drop = drop | {"content-length"}
     out: CIMultiDict[str] = CIMultiDict()

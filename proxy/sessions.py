@@ -100,6 +100,9 @@ STATS_EXPLAIN: dict[str, str] = {
     "tokens_before minus what compression removed, plus what memory added.",
     "request_tokens.cached_before": "Of tokens_before, the prefix each request shares with the "
     "previous request of its session (a prompt cache would hold it); cached_after likewise.",
+    "relayed": "Chat requests forwarded byte for byte, unread by the addons, by reason: "
+    "header (x-deep-memory: off), relay_models or relay_sessions (the settings' globs), "
+    "not_json or not_chat (a body deepmem does not read).",
     "request_tokens.cost": "Cache-aware input cost in uncached-token units, as sent "
     "(original) and as forwarded; saved = original - forwarded, so it nets compression "
     "against memory added (Anthropic-like 0.1 cached / 1.25 uncached, OpenAI-like 0.5 / 1.0).",
@@ -127,6 +130,7 @@ class Tally:
     errors: int = 0
     fail_opens: int = 0
     kinds: Counter[str] = field(default_factory=Counter)
+    relayed: Counter[str] = field(default_factory=Counter)  # chat requests sent untouched, why
     usage: Usage = field(default_factory=Usage)
     usage_responses: int = 0
     tool_output_tokens_before: int = 0  # estimated, of agent requests, as the client sent them
@@ -157,6 +161,7 @@ class Tally:
             "errors": self.errors,
             "fail_opens": self.fail_opens,
             "kinds": dict(self.kinds),
+            "relayed": dict(self.relayed),
             "compression": {
                 "tool_output_tokens_before": self.tool_output_tokens_before,
                 "tool_output_tokens_after": self.tool_output_tokens_after,
