@@ -30,6 +30,7 @@ from memory.state import StateUnavailable
 from proxy import __version__
 from proxy.cli_io import emit_json
 from proxy.config import (
+    DEFAULT_SOURCE,
     DEFAULT_UPSTREAM_NAME,
     EMBEDDED_UPSTREAMS,
     OPTIONS,
@@ -112,7 +113,7 @@ def setting_rows(settings: Settings, sources: Mapping[str, Source]) -> list[dict
         {
             "name": "config",
             "value": _shown(settings.config_file),
-            "source": str(sources.get("config", "default")),
+            "source": str(sources.get("config", DEFAULT_SOURCE)),
         }
     ]
     for option in OPTIONS:
@@ -379,17 +380,16 @@ def _with_env(text: str, environ: Mapping[str, str]) -> str:
     return re.sub(r"\{env:([^}]+)\}", lambda match: environ.get(match[1], ""), text)
 
 
-def _proxy_hosts(settings: Settings) -> set[str]:
-    """Host names under which a URL reaches this proxy."""
-    hosts = set(LOOPBACK_NAMES)
-    if settings.host not in WILDCARD_ADDRESSES:
-        hosts.add(settings.host.strip("[]").lower())
-    hosts.update(host.rpartition(":")[0] or host for host in settings.allowed_hosts)
-    return {host.strip("[]") for host in hosts}
+def _host_part(name: str) -> str:
+    """``NAME`` of an allowed host ``NAME[:PORT]`` (``[::1]:8787`` gives ``::1``)."""
+    if name.startswith("["):
+        return name[1:].partition("]")[0]
+    return name.partition(":")[0]
 
 
 def _points_at_proxy(url: str, settings: Settings) -> urllib.parse.SplitResult | None:
-    """The parsed ``url`` when it names this proxy's host and port, else None."""
+    """The parsed ``url`` when it names this proxy's port and a host that reaches it
+    (loopback, the bound address, an allowed host; any host when it binds every address)."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -397,7 +397,18 @@ def _points_at_proxy(url: str, settings: Settings) -> urllib.parse.SplitResult |
         return None
     if parts.scheme not in ("http", "https") or port != settings.port:
         return None
-    return parts if (parts.hostname or "") in _proxy_hosts(settings) else None
+    if settings.host in WILDCARD_ADDRESSES:
+        return parts
+    hosts = {*LOOPBACK_NAMES, _host_part(settings.host.lower())}
+    hosts.update(_host_part(name) for name in settings.allowed_hosts)
+    return parts if (parts.hostname or "") in hosts else None
+
+
+def _entries(config: dict[str, Any], section: str) -> dict[str, dict[str, Any]]:
+    entries = config.get(section)
+    if not isinstance(entries, dict):
+        return {}
+    return {str(name): entry for name, entry in entries.items() if isinstance(entry, dict)}
 
 
 def check_opencode(
@@ -405,23 +416,22 @@ def check_opencode(
 ) -> tuple[list[Finding], set[str]]:
     """Whether OpenCode sends a provider's requests through this proxy (a ``baseURL`` at its
     host:port, under a prefix an upstream serves) and mounts its ``/mcp``; and the prefixes
-    its providers use."""
+    its providers use. Files are merged as OpenCode does: a later one's entry of the same name
+    wins."""
     files = opencode_config_files(environ, workdir)
     proxy_url = f"http://{settings.host}:{settings.port}"
-    prefixes: set[str] = set()
     if not files:
-        return [
-            Finding(
-                "opencode",
-                WARNING,
-                f"no OpenCode configuration found (global, $OPENCODE_CONFIG, or opencode.json[c] "
-                f"in {workdir} or above)",
-                f"set a provider's options.baseURL to {proxy_url}/<upstream prefix>",
-            )
-        ], prefixes
+        finding = Finding(
+            "opencode",
+            WARNING,
+            "no OpenCode configuration found (global, $OPENCODE_CONFIG, or opencode.json[c] in "
+            f"{workdir} or above)",
+            f"set a provider's options.baseURL to {proxy_url}/<upstream prefix>",
+        )
+        return [finding], set()
     findings: list[Finding] = []
-    providers_here: list[str] = []
-    mcp_here: list[tuple[str, bool]] = []  # (where, enabled)
+    base_urls: dict[str, tuple[Path, str]] = {}  # provider -> (file, baseURL)
+    servers: dict[str, tuple[Path, dict[str, Any]]] = {}  # mcp entry -> (file, entry)
     for path in files:
         try:
             config = read_jsonc(path.read_text(encoding="utf-8"))
@@ -430,49 +440,46 @@ def check_opencode(
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             findings.append(Finding("opencode", PROBLEM, f"{path} cannot be read: {exc}"))
             continue
-        providers = config.get("provider")
-        for name, entry in (providers if isinstance(providers, dict) else {}).items():
-            options = entry.get("options") if isinstance(entry, dict) else None
+        for name, entry in _entries(config, "provider").items():
+            options = entry.get("options")
             base = options.get("baseURL") if isinstance(options, dict) else None
-            if not isinstance(base, str):
-                continue
-            parts = _points_at_proxy(_with_env(base, environ), settings)
-            if parts is None:
-                continue
-            providers_here.append(name)
-            prefix = parts.path.strip("/").partition("/")[0]
-            prefixes.add(prefix)
-            upstream = settings.upstream_for_prefix(prefix)
-            if upstream is None:
-                known = ", ".join(f"/{u.prefix}/" for u in settings.upstreams)
-                findings.append(
-                    Finding(
-                        f"opencode provider {name}",
-                        PROBLEM,
-                        f"{path}: baseURL {redact_text(base)} names /{prefix}/, which no "
-                        f"upstream serves (known: {known})",
-                        f"add --upstream {prefix}=<the provider's base URL>",
-                    )
+            if isinstance(base, str):
+                base_urls[name] = (path, base)
+        for name, entry in _entries(config, "mcp").items():
+            servers[name] = (path, {**servers.get(name, (path, {}))[1], **entry})
+
+    prefixes: set[str] = set()
+    for name, (path, base) in base_urls.items():
+        parts = _points_at_proxy(_with_env(base, environ), settings)
+        if parts is None:
+            continue
+        prefix = parts.path.strip("/").partition("/")[0]
+        prefixes.add(prefix)
+        upstream = settings.upstream_for_prefix(prefix)
+        check, shown = f"opencode provider {name}", redact_text(base)
+        if upstream is None:
+            known = ", ".join(f"/{u.prefix}/" for u in settings.upstreams)
+            findings.append(
+                Finding(
+                    check,
+                    PROBLEM,
+                    f"{path}: baseURL {shown} names "
+                    + (f"/{prefix}/, which no upstream serves" if prefix else "no upstream")
+                    + f" (known: {known})",
+                    f"add --upstream {prefix or 'NAME'}=<the provider's base URL>, or use a "
+                    "known prefix",
                 )
-            else:
-                findings.append(
-                    Finding(
-                        f"opencode provider {name}",
-                        OK,
-                        f"{path}: baseURL {redact_text(base)} goes through deepmem to "
-                        f"{upstream.public_url}",
-                    )
+            )
+        else:
+            findings.append(
+                Finding(
+                    check,
+                    OK,
+                    f"{path}: baseURL {shown} goes through deepmem to {upstream.public_url}",
                 )
-        servers = config.get("mcp")
-        for name, entry in (servers if isinstance(servers, dict) else {}).items():
-            url = entry.get("url") if isinstance(entry, dict) else None
-            if not isinstance(url, str):
-                continue
-            parts = _points_at_proxy(_with_env(url, environ), settings)
-            if parts is not None and parts.path.rstrip("/") == "/mcp":
-                mcp_here.append((f"{path}: mcp entry {name!r}", entry.get("enabled") is not False))
+            )
     shown_files = ", ".join(map(str, files))
-    if not providers_here:
+    if not prefixes:
         findings.append(
             Finding(
                 "opencode providers",
@@ -483,15 +490,22 @@ def check_opencode(
                 f'"{proxy_url}/anthropic"}}}}}}',
             )
         )
-    enabled = [where for where, on in mcp_here if on]
+    mounted = [
+        (f"{path}: mcp entry {name!r}", entry.get("enabled") is not False)
+        for name, (path, entry) in servers.items()
+        if isinstance(entry.get("url"), str)
+        and (parts := _points_at_proxy(_with_env(entry["url"], environ), settings)) is not None
+        and parts.path.rstrip("/") == "/mcp"
+    ]
+    enabled = [where for where, on in mounted if on]
     if enabled:
         findings.append(Finding("opencode mcp", OK, f"{enabled[0]} mounts {proxy_url}/mcp"))
-    elif mcp_here:
+    elif mounted:
         findings.append(
             Finding(
                 "opencode mcp",
                 WARNING,
-                f"{mcp_here[0][0]} points at {proxy_url}/mcp but is disabled",
+                f"{mounted[0][0]} points at {proxy_url}/mcp but is disabled",
                 'set "enabled": true',
             )
         )

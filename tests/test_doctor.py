@@ -320,3 +320,16 @@ def test_a_configuration_error_is_reported_as_a_problem(monkeypatch, capsys) -> 
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "PROBLEM  config: environment DEEP_MEMORY_PORT" in out
+
+
+async def test_the_project_config_overrides_the_global_one(upstream, tmp_path, home) -> None:
+    flags = local_flags(upstream, tmp_path)
+    write_opencode(home["global"] / "opencode.jsonc", int(str(flags["port"])))
+    (home["project"] / "opencode.json").write_text(
+        '{"provider": {"anthropic": {"options": {"baseURL": "https://api.anthropic.com/v1"}}},'
+        ' "mcp": {"deepmem": {"enabled": false}}}'
+    )
+    report = await doctor(flags, home)
+    assert found(report, "opencode providers").status == PROBLEM
+    finding = found(report, "opencode mcp")
+    assert finding.status == WARNING and "disabled" in finding.message
