@@ -302,8 +302,16 @@ def _prepare(
         session = state.sessions.touch(
             result.session_id, upstream, headers.get(PARENT_SESSION_HEADER)
         )
+    model = result.conversation.body.get("model") if result.conversation else None
+    model = model if isinstance(model, str) else None
     record = state.sessions.record_request(
-        session, result.kind.value, raw, result.body, state.settings.cache_ttl
+        session,
+        result.kind.value,
+        raw,
+        result.body,
+        state.settings.cache_ttl,
+        model,
+        state.settings.prices.lookup(model),
     )
     return result, session, record
 
@@ -561,8 +569,11 @@ def _count_answer(
         log.warning("upstream %s stream interrupted: %s", upstream.name, relay.interrupted)
     usage = relay.usage_reader.finish() if relay.usage_reader else None
     if usage is not None:
+        price = outbound.record.price if outbound.record else None
         for tally in tallies:
             tally.add_usage(usage)
+            if price is not None:
+                tally.money.output += price.output_cost(usage.output_tokens)
         if outbound.session is not None:
             outbound.session.last_usage, outbound.session.last_usage_at = usage, time.time()
 

@@ -26,6 +26,7 @@ from proxy import (
     injections,
     memory_api,
     opt_out,
+    prices,
     projects,
     stores,
 )
@@ -181,6 +182,7 @@ OPTIONS: tuple[Option, ...] = (
     *opt_out.OPTIONS,
     *compaction.OPTIONS,
     *injections.OPTIONS,
+    *prices.OPTIONS,
 )
 
 OPTIONS_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -260,6 +262,7 @@ class Settings:
     compaction_compress: bool = _default("compaction_compress")
     resume: bool = _default("resume")
     resume_tokens: int = _default("resume_tokens")
+    prices: prices.Prices = field(default_factory=lambda: _default("prices"))
     config_file: Path | None = None
 
     @property
@@ -334,12 +337,14 @@ def _describe_default(option: Option) -> str:
         return "the user's home directory"
     if option.name == "allowed_hosts":
         return "loopback names only"
+    if option.name == "prices":
+        return "the built-in list prices"
     if option.default is None:
         return "unset"
     return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
 
 
-_PROSE_DEFAULTS = ("upstream", "allowed_roots", "allowed_hosts")
+_PROSE_DEFAULTS = ("upstream", "allowed_roots", "allowed_hosts", "prices")
 
 
 def options_markdown() -> str:

@@ -16,6 +16,7 @@ from compressors.transcript_grammar import conversation_span
 from compressors.view import Conversation, Kind, Role
 from compressors.wire import Usage
 from proxy.costs import PrefixTracker, StreamTokens
+from proxy.prices import ModelPrice, MoneyTally
 
 SESSION_HEADER = "x-session-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"
@@ -106,6 +107,12 @@ STATS_EXPLAIN: dict[str, str] = {
     "request_tokens.cost": "Cache-aware input cost in uncached-token units, as sent "
     "(original) and as forwarded; saved = original - forwarded, so it nets compression "
     "against memory added (Anthropic-like 0.1 cached / 1.25 uncached, OpenAI-like 0.5 / 1.0).",
+    "money": "Dollars at the model's list price (proxy/prices.toml, or the prices setting), "
+    "for requests whose model has a price: their input as sent (original) and as forwarded, "
+    "cache-aware (cache reads at the cache-read price, the rest at the cache-write price where "
+    "the provider charges writes, else the input price); saved = original - forwarded; output: "
+    "the output tokens the answers reported, at the output price (the same either way). "
+    "Requests of models without a price are counted in unpriced, in token units.",
     "compression.tool_output_tokens_before": "Estimated tokens of the tool outputs in agent "
     "requests as the client sent them: only the part of tokens_before that compression works "
     "on, so it is smaller than request_tokens.tokens_before.",
@@ -144,6 +151,7 @@ class Tally:
     tokens_injected: int = 0  # estimated tokens the memory blocks added to forwarded requests
     checkpoints: int = 0  # compactions whose checkpoint was written
     request_tokens: StreamTokens = field(default_factory=StreamTokens)  # whole bodies, estimated
+    money: MoneyTally = field(default_factory=MoneyTally)  # the same, at the model's price
 
     def add_usage(self, usage: Usage) -> None:
         self.usage_responses += 1
@@ -180,6 +188,7 @@ class Tally:
             "usage_seen": {"responses": self.usage_responses, **self.usage.as_dict()},
             # Chat request bodies in estimated tokens, and their cache-aware cost (proxy.costs).
             "request_tokens": self.request_tokens.as_dict(),
+            "money": self.money.as_dict(),
         }
 
 
@@ -194,9 +203,10 @@ class RequestRecord:
     status: int = 0  # the upstream's status; 0 while it is being answered
     tokens_removed: int = 0  # by compression, of its tool outputs (estimated)
     tokens_injected: int = 0  # by memory blocks (estimated)
+    price: ModelPrice | None = None  # of the model it named (this replica's records only)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        shown = {
             "at": self.at,
             "kind": self.kind,
             "replica": self.replica,
@@ -205,6 +215,11 @@ class RequestRecord:
             "tokens_removed": self.tokens_removed,
             "tokens_injected": self.tokens_injected,
         }
+        if self.price is not None:
+            money = MoneyTally()
+            money.add(self.price, self.tokens)
+            shown["money"] = {key: money.as_dict()[key] for key in ("original", "saved")}
+        return shown
 
     def row(self) -> list[Any]:
         """The record in few bytes, without its replica (``from_row`` reads it back)."""
@@ -237,6 +252,8 @@ class Session:
     upstream: str | None = None
     project: str | None = None
     title: str | None = None  # the first words of the session's first user message
+    model: str | None = None  # as its latest chat request named it
+    priced_as: str | None = None  # the price entry that model matched
     tally: Tally = field(default_factory=Tally)
     last_usage: Usage | None = None
     last_usage_at: float | None = None
@@ -249,6 +266,8 @@ class Session:
             "upstream": self.upstream,
             "project": self.project,
             "title": self.title,
+            "model": self.model,
+            "priced_as": self.priced_as,
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
             "last_usage": self.last_usage.as_dict() if self.last_usage else None,
@@ -299,16 +318,23 @@ class SessionRegistry:
         original: bytes,
         forwarded: bytes,
         cache_ttl: float,
+        model: str | None = None,
+        price: ModelPrice | None = None,
     ) -> RequestRecord:
-        """Count one chat request's estimated tokens and cached prefix, before and after."""
+        """Count one chat request's estimated tokens and cached prefix, before and after,
+        and their money at ``price`` (the price of ``model``, the model it named)."""
         now = time.time()
         stream = (session.session_id, kind) if session is not None else None
         with self._lock:
             tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
-            record = RequestRecord(now, kind, tokens, self.replica)
+            record = RequestRecord(now, kind, tokens, self.replica, price=price)
             self.totals.request_tokens.add(tokens)
+            self.totals.money.add(price, tokens)
             if session is not None:
                 session.tally.request_tokens.add(tokens)
+                session.tally.money.add(price, tokens)
+                if model and (kind == RequestKind.AGENT or session.model is None):
+                    session.model, session.priced_as = model, price.pattern if price else None
                 if self._sessions.get(session.session_id) is session:  # not evicted meanwhile
                     self.records += len(session.recent) < RECENT_REQUESTS
                 session.recent.append(record)
