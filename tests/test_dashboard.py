@@ -197,8 +197,10 @@ async def test_json_index_for_scripts_and_the_page_for_browsers(proxy, client):
         assert "estimated" in page
 
 
-async def _post(client: aiohttp.ClientSession, url: str, messages: list, session: str) -> int:
-    body = orjson.dumps({"model": "m", "stream": True, "messages": messages, "tools": TOOLS})
+async def _post(
+    client: aiohttp.ClientSession, url: str, messages: list, session: str, model: str = "m"
+) -> int:
+    body = orjson.dumps({"model": model, "stream": True, "messages": messages, "tools": TOOLS})
     async with client.post(
         url + "/v1/chat/completions", data=body, headers={"x-session-id": session}
     ) as response:
@@ -480,7 +482,8 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         costs = figures.costs()
         assert costs["anthropic"]["saved"] > 0 and costs["openai"]["saved"] > 0 and removed > 0
         # session, title, project, upstream, last seen, requests, received, compressed away
-        # (with its share of received), memory added, saved x2, errors
+        # (with its share of received), memory added, model, saved ($), saved (units) x2,
+        # errors: model "m" has no price, so its savings are in token units
         assert row[0] == SESSION and row[3] == "default"
         assert row[1] == proxy.state.sessions.get(SESSION).title and row[1]
         assert row[2] == "no project: memory went to the global memory"
@@ -492,6 +495,8 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         assert share == f" · {100 * removed / figures.tokens_in:.1f}%"
         assert row[8] == "0"  # no project, no memory blocks
         assert row[9:] == [
+            "no price: token units",  # the model cell's title
+            "–",
             f"{math.floor(costs['anthropic']['saved'] + 0.5):,}",  # JavaScript's Math.round
             f"{math.floor(costs['openai']['saved'] + 0.5):,}",
             "1",
@@ -508,6 +513,7 @@ async def test_dashboard_in_chromium(proxy, upstream, client, tmp_path):
         assert totals["requests"] == str(requests + 1)
         assert totals["expands"] == "1" and totals["errors"] == "1"
         assert totals["tokens_injected"] == "0" and totals["tokens_removed"] != "0"
+        assert "saved_money" not in totals and "saved_anthropic" in totals  # nothing priced
         assert "estimated" in await page.evaluate("document.body.innerText")
         card_titles = await page.evaluate(
             "[...document.querySelectorAll('#totals .card[title]')].map(c => c.dataset.k)"
@@ -556,6 +562,36 @@ async def test_dashboard_preselects_from_the_hash(proxy, upstream, client, tmp_p
         assert await page.evaluate("document.querySelector('tr.selected').dataset.session") == (
             OTHER
         )
+
+
+@pytest.mark.slow
+async def test_dashboard_shows_dollars_for_a_priced_model(proxy, upstream, client, tmp_path):
+    messages = session_messages(14)
+    for size in range(4, 31, 2):
+        assert await _post(client, proxy.url, messages[:size], SESSION, "gpt-4o") == 200
+    money = proxy.state.sessions.get(SESSION).tally.money
+    saved = money.original - money.forwarded
+    assert money.requests == 14 and saved > 0
+    async with chromium_page(tmp_path) as page:
+        await page.navigate(proxy.url + "/")
+        await page.wait_for(f"{ROWS} === 1")
+        cells = await page.evaluate(
+            "[...document.querySelector('#sessions tbody tr').cells].map(c => c.textContent)"
+        )
+        # model, saved ($), and no token units: every request was priced
+        assert cells[9:12] == ["gpt-4o", f"${saved:.4f}" if saved < 1 else f"${saved:.2f}", "–"]
+        assert cells[12] == "–"
+        totals = await page.evaluate(
+            """Object.fromEntries([...document.querySelectorAll('#totals .card')].map(
+                c => [c.dataset.k, c.querySelector('.value').textContent]))"""
+        )
+        assert totals["saved_money"] == cells[10]
+        assert "saved_anthropic" not in totals and "saved_openai" not in totals
+        await page.wait_for(f"{BARS} === 14")
+        tips = await page.evaluate(
+            "[...document.querySelectorAll('#chart g.req title')].map(t => t.textContent)"
+        )
+        assert all("at list price" in tip for tip in tips)
 
 
 @pytest.mark.slow
