@@ -3,18 +3,20 @@
 A transcript (corpus format: OpenAI chat ``messages``, optional ``tools`` and ``probes``) is
 replayed as one request per assistant message k, ``messages[:k]``, through the same rewrite
 hook, session memo and CCR store the proxy uses. Per request and in total it reports context
-reduction, prompt-cache cost (Anthropic-like and OpenAI-like), prefix breaks, probe
-retention (visible, recoverable through a marker, lost), tool-call pairing errors and time.
+reduction, prompt-cache cost (Anthropic-like and OpenAI-like token units, and dollars at the
+list price of a transcript's ``model`` when it has one, ``proxy.prices``), prefix breaks,
+probe retention (visible, recoverable through a marker, lost), tool-call pairing errors and
+time. ``proxy.replay_opencode`` feeds it OpenCode's own sessions the same way.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -30,6 +32,7 @@ from proxy.compression import CompressionReport, compression_settings
 from proxy.config import Settings
 from proxy.costs import ANTHROPIC, OPENAI, common_prefix_length
 from proxy.pipeline import rewrite_request
+from proxy.prices import ModelPrice
 from proxy.replay_wire import (
     DIALECTS,
     paired_calls,
@@ -39,6 +42,8 @@ from proxy.replay_wire import (
     tool_calls,
 )
 from proxy.stores import open_stores
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -73,6 +78,8 @@ class TranscriptReport:
     requests: list[RequestMetrics] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
     pairing_errors: int = 0
+    model: str | None = None  # the model the transcript's requests named, when known
+    price: ModelPrice | None = None  # and its list price, when it has one
 
     def totals(self) -> dict[str, Any]:
         return summarize([self])
@@ -107,6 +114,12 @@ def load_transcript(path: Path) -> dict[str, Any]:
             f"{path}: an OpenCode request capture (one request), not a transcript; replay "
             "reads whole sessions: an object with a 'messages' list in OpenAI chat format"
         )
+    check_transcript(data, str(path))
+    return data
+
+
+def check_transcript(data: Any, path: str) -> None:
+    """``NotATranscript`` (naming ``path``) unless ``data`` has a transcript's shape."""
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise NotATranscript(
             f"{path}: not a transcript: expected an object with a 'messages' list "
@@ -126,7 +139,8 @@ def load_transcript(path: Path) -> dict[str, Any]:
         raise NotATranscript(
             f"{path}: 'probes' must be a list of {{'probe': text, 'referencing_turn_index': n}}"
         )
-    return data
+    if not isinstance(data.get("model") or "", str):
+        raise NotATranscript(f"{path}: 'model' must be a model id (text)")
 
 
 def _searchable(conversation: Conversation) -> str:
@@ -195,8 +209,19 @@ def _tool_results(conversation: Conversation) -> dict[str, str]:
 def replay_transcript(
     path: Path, settings: Settings, counter: TokenCounter, dialect: str = "chat"
 ) -> TranscriptReport:
-    """Replay one transcript as requests of ``dialect`` (chat, anthropic or responses)."""
-    data = load_transcript(path)
+    """Replay one transcript file as requests of ``dialect`` (chat, anthropic or responses)."""
+    return replay_data(path.stem, load_transcript(path), settings, counter, dialect)
+
+
+def replay_data(
+    name: str,
+    data: dict[str, Any],
+    settings: Settings,
+    counter: TokenCounter,
+    dialect: str = "chat",
+) -> TranscriptReport:
+    """Replay one transcript (checked by ``check_transcript``) named ``name``; its optional
+    ``model`` prices it (``settings.prices``)."""
     messages: list[dict[str, Any]] = data["messages"]
     tools = data.get("tools") or []
     calls = _source_tools(messages)
@@ -204,8 +229,9 @@ def replay_transcript(
     addons = build_addons(settings, stores)
     wire = DIALECTS[dialect]
     compression = compression_settings(settings)
-    report = TranscriptReport(path.stem, dialect)
-    headers = {"x-session-id": f"replay-{path.stem}"}
+    model = data.get("model") or None
+    report = TranscriptReport(name, dialect, model=model, price=settings.prices.lookup(model))
+    headers = {"x-session-id": f"replay-{name}"}
     probes_by_request: dict[int, list[tuple[str, str]]] = {}
     for probe in data.get("probes") or ():
         index = probe.get("tool_message_index")
@@ -303,6 +329,11 @@ def summarize(reports: Iterable[TranscriptReport]) -> dict[str, Any]:
         sum(OPENAI.cost(r.tokens_original, r.cached_original) for r in requests),
         sum(OPENAI.cost(r.tokens_proxied, r.cached_proxied) for r in requests),
     ]
+    priced = [(report.price, r) for report in reports if report.price for r in report.requests]
+    money = [
+        sum(price.input_cost(r.tokens_original, r.cached_original) for price, r in priced),
+        sum(price.input_cost(r.tokens_proxied, r.cached_proxied) for price, r in priced),
+    ]
     final_original = sum(r.tokens_original for r in finals)
     final_proxied = sum(r.tokens_proxied for r in finals)
     times = sorted(r.milliseconds for r in requests)
@@ -323,6 +354,13 @@ def summarize(reports: Iterable[TranscriptReport]) -> dict[str, Any]:
         "cost_openai_original": openai[0],
         "cost_openai_proxied": openai[1],
         "savings_openai": 1 - openai[1] / openai[0] if openai[0] else 0.0,
+        "models": sorted({report.model for report in reports if report.model}),
+        "priced_requests": len(priced),
+        "unpriced_requests": len(requests) - len(priced),
+        "money_original": money[0],
+        "money_proxied": money[1],
+        "money_saved": money[0] - money[1],
+        "savings_money": 1 - money[1] / money[0] if money[0] else 0.0,
         "prefix_breaks": sum(1 for r in requests if r.prefix_break_at is not None),
         "prefix_break_locations": [
             (report.name, r.index, r.prefix_break_at, r.event)
@@ -363,18 +401,19 @@ def transcript_files(target: Path) -> list[Path]:
     return found
 
 
-def _progress(paths: list[Path]) -> Iterator[Path]:
+def progress(items: list[T], label: Callable[[T], str]) -> Iterator[T]:
+    """The items, with a progress bar on stderr when it is a terminal."""
     show = sys.stderr.isatty()
-    for done, path in enumerate(paths):
+    for done, item in enumerate(items):
         if show:
             width = 30
-            filled = width * done // len(paths)
+            filled = width * done // len(items)
             sys.stderr.write(
-                f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{len(paths)} "
-                f"{path.name[:40]:<40}"
+                f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{len(items)} "
+                f"{label(item)[:40]:<40}"
             )
             sys.stderr.flush()
-        yield path
+        yield item
     if show:
         sys.stderr.write("\r" + " " * 80 + "\r")
 
@@ -383,7 +422,7 @@ def run_replay(target: Path, settings: Settings, dialect: str = "chat") -> list[
     counter = TokenCounter()
     return [
         replay_transcript(path, settings, counter, dialect)
-        for path in _progress(transcript_files(target))
+        for path in progress(transcript_files(target), lambda path: path.name)
     ]
 
 
@@ -394,8 +433,8 @@ def _pct(value: float) -> str:
 def format_text(reports: list[TranscriptReport]) -> str:
     header = (
         f"{'transcript':<32} {'reqs':>4} {'tokens':>9} {'proxied':>9} {'summed':>7} "
-        f"{'final':>7} {'anthr.':>7} {'openai':>7} {'breaks':>6} {'probes v/r/l':>13} "
-        f"{'pair':>4} {'ms p50':>7}"
+        f"{'final':>7} {'anthr.':>7} {'openai':>7} {'$ saved':>9} {'breaks':>6} "
+        f"{'probes v/r/l':>13} {'pair':>4} {'ms p50':>7}"
     )
     dialects = sorted({r.dialect for r in reports}) or ["chat"]
     lines = [f"dialect: {', '.join(dialects)}", header, "-" * len(header)]
@@ -409,10 +448,12 @@ def format_text(reports: list[TranscriptReport]) -> str:
             f"{name[:32]:<32} {totals['requests']:>4} {totals['tokens_original']:>9,} "
             f"{totals['tokens_proxied']:>9,} {_pct(totals['reduction_summed']):>7} "
             f"{_pct(totals['reduction_final']):>7} {_pct(totals['savings_anthropic']):>7} "
-            f"{_pct(totals['savings_openai']):>7} {totals['prefix_breaks']:>6} {probes:>13} "
+            f"{_pct(totals['savings_openai']):>7} {_saved(totals):>9} "
+            f"{totals['prefix_breaks']:>6} {probes:>13} "
             f"{totals['pairing_errors']:>4} {totals['ms_p50']:>7.2f}"
         )
     total = summarize(reports)
+    lines += money_lines(reports, total)
     if total["probes"]:
         lines.append(
             f"probes: {total['probes_visible']} visible "
@@ -435,6 +476,34 @@ def format_text(reports: list[TranscriptReport]) -> str:
     return "\n".join(lines)
 
 
+def usd(value: float) -> str:
+    """Dollars, to the cent from one dollar on, to a hundredth of a cent below."""
+    text = f"${abs(value):,.2f}" if abs(value) >= 1 else f"${abs(value):.4f}"
+    return "-" + text if value < 0 else text
+
+
+def _saved(totals: dict[str, Any]) -> str:
+    return usd(totals["money_saved"]) if totals["priced_requests"] else "-"
+
+
+def money_lines(reports: list[TranscriptReport], total: dict[str, Any]) -> list[str]:
+    """What the transcripts' models cost at list price, and which have no price."""
+    lines = []
+    if total["priced_requests"]:
+        lines.append(
+            f"at list prices: {usd(total['money_saved'])} saved of "
+            f"{usd(total['money_original'])} input ({_pct(total['savings_money']).strip()}) "
+            f"over {total['priced_requests']} requests of "
+            + ", ".join(sorted({f"{r.model} ({r.price.pattern})" for r in reports if r.price}))
+        )
+    unpriced = sorted({r.model or "no model named" for r in reports if not r.price})
+    if unpriced:
+        lines.append(
+            "no price (token units only, the anthr./openai columns): " + ", ".join(unpriced)
+        )
+    return lines
+
+
 def _hidden_cell(row: dict[str, Any]) -> str:
     return f"{row['tool'] or '?'} -> {row['compressor'] or '?'} {row['recoverable']}/{row['lost']}"
 
@@ -447,6 +516,9 @@ def format_json(reports: list[TranscriptReport]) -> bytes:
             "transcripts": [
                 {
                     "name": r.name,
+                    "dialect": r.dialect,
+                    "model": r.model,
+                    "price": r.price.as_dict() if r.price else None,
                     "totals": r.totals(),
                     "requests": [asdict(x) for x in r.requests],
                     "probes": [asdict(p) for p in r.probes],

@@ -27,7 +27,7 @@ from typing import Any
 from proxy import __version__
 from proxy.config import Settings
 from proxy.costs import ANTHROPIC, OPENAI
-from proxy.replay import RequestMetrics, TranscriptReport, summarize
+from proxy.replay import RequestMetrics, TranscriptReport, money_lines, summarize, usd
 
 # Settings that change what a replay measures (the rest concern serving or memory).
 COMPRESSION_SETTINGS = (
@@ -68,6 +68,19 @@ def _cell(key: str, value: float, text: str) -> str:
 def _saving(totals: dict[str, Any], flavour: str) -> str:
     key = f"savings_{flavour}"
     return _cell(key, totals[key], _pct(totals[key]))
+
+
+def _money_cells(totals: dict[str, Any]) -> list[str]:
+    """Dollars at list price (original, proxied, net saving), or dashes without a price."""
+    if not totals["priced_requests"]:
+        return [
+            "<td class='num none' title='no price for this model: token units only'>\u2013</td>"
+        ] * 3
+    return [
+        _cell("money_original", totals["money_original"], usd(totals["money_original"])),
+        _cell("money_proxied", totals["money_proxied"], usd(totals["money_proxied"])),
+        _cell("savings_money", totals["savings_money"], _pct(totals["savings_money"])),
+    ]
 
 
 def _num(text: str) -> str:
@@ -288,7 +301,9 @@ def chart_svg(report: TranscriptReport, chart_id: str) -> str:
 # --- tables ---------------------------------------------------------------------------------
 
 
-def _summary_row(name: str, totals: dict[str, Any], anchor: str | None, css: str = "") -> str:
+def _summary_row(
+    name: str, totals: dict[str, Any], anchor: str | None, css: str = "", model: str = ""
+) -> str:
     label = f'<a href="#{_e(anchor)}">{_e(name)}</a>' if anchor else _e(name)
     cells = [
         f"<th scope='row'>{label}</th>",
@@ -297,6 +312,8 @@ def _summary_row(name: str, totals: dict[str, Any], anchor: str | None, css: str
         _cell("tokens_proxied", totals["tokens_proxied"], _int(totals["tokens_proxied"])),
         _cell("reduction_summed", totals["reduction_summed"], _pct(totals["reduction_summed"])),
         _cell("reduction_final", totals["reduction_final"], _pct(totals["reduction_final"])),
+        f"<td class='model'>{_e(model)}</td>",
+        *_money_cells(totals),
     ]
     for flavour in ("anthropic", "openai"):
         cells += [
@@ -334,6 +351,8 @@ def summary_table(reports: Sequence[TranscriptReport], anchors: Sequence[str]) -
         "<th rowspan='2' scope='col'>requests</th>"
         "<th colspan='2' scope='colgroup'>tokens, summed</th>"
         "<th colspan='2' scope='colgroup'>context reduction</th>"
+        "<th rowspan='2' scope='col'>model</th>"
+        "<th colspan='3' scope='colgroup'>cost at list price (USD)</th>"
         "<th colspan='3' scope='colgroup'>Anthropic-like cost</th>"
         "<th colspan='3' scope='colgroup'>OpenAI-like cost</th>"
         "<th colspan='3' scope='colgroup'>probes</th>"
@@ -342,12 +361,12 @@ def summary_table(reports: Sequence[TranscriptReport], anchors: Sequence[str]) -
         "<tr><th scope='col'>original</th><th scope='col'>compressed</th>"
         "<th scope='col'>summed</th><th scope='col'>last request</th>"
         + COST_HEADS
-        * 2
+        * 3
         + "<th scope='col'>visible</th><th scope='col'>recoverable</th>"
         "<th scope='col'>lost</th></tr></thead>"
     )
     rows = [
-        _summary_row(report.name, report.totals(), anchor)
+        _summary_row(report.name, report.totals(), anchor, model=_model_label(report))
         for report, anchor in zip(reports, anchors, strict=True)
     ]
     rows.append(_summary_row("TOTAL", summarize(reports), None, "total"))
@@ -358,6 +377,12 @@ def summary_table(reports: Sequence[TranscriptReport], anchors: Sequence[str]) -
         + "".join(rows)
         + "</tbody></table></div>"
     )
+
+
+def _model_label(report: TranscriptReport) -> str:
+    if report.model is None:
+        return ""
+    return report.model + (f" ({report.price.pattern})" if report.price else " (no price)")
 
 
 def totals_table(report: TranscriptReport) -> str:
@@ -387,6 +412,16 @@ def totals_table(report: TranscriptReport) -> str:
             + _cell(f"cost_{flavour}_proxied", proxied, _int(proxied))
             + _num(_int(original - proxied))
             + _saving(totals, flavour)
+            + "</tr>"
+        )
+    if report.price is not None:
+        original, proxied = totals["money_original"], totals["money_proxied"]
+        rows.append(
+            f"<tr><th scope='row'>cost at list price, USD ({_e(_model_label(report))})</th>"
+            + _cell("money_original", original, usd(original))
+            + _cell("money_proxied", proxied, usd(proxied))
+            + _cell("money_saved", totals["money_saved"], usd(totals["money_saved"]))
+            + _cell("savings_money", totals["savings_money"], _pct(totals["savings_money"]))
             + "</tr>"
         )
     figures = (
@@ -574,6 +609,13 @@ DEFINITIONS = (
         "Σ 0.5·cache read + 1.0·cache write. Net saving: 1 \u2212 proxied / original cost.",
     ),
     (
+        "cost at list price",
+        "in US dollars, for a transcript whose model has a price (deepmem's built-in list "
+        "prices or the prices setting): cache reads at the cache-read price, cache writes at "
+        "the cache-write price where the provider charges writes (Anthropic), else the input "
+        "price. A model without a price shows a dash: its costs are in token units only.",
+    ),
+    (
         "probes",
         "strings the agent took from a tool output and used later, looked up in the "
         "referencing request: visible (in the request), recoverable (in an original behind "
@@ -621,6 +663,7 @@ def render_html(
             )
             + "."
         )
+    meta += [_e(line) for line in money_lines(reports, total)]
     definitions = "".join(f"<dt>{_e(term)}</dt><dd>{_e(text)}</dd>" for term, text in DEFINITIONS)
     body = [
         "<h1>deepmem replay report</h1>",

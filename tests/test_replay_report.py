@@ -367,3 +367,49 @@ def test_tool_calls_of_an_odd_shape_do_not_stop_a_replay(
     )
     assert code == 0, stderr
     assert json.loads(stdout)["total"]["requests"] == 2
+
+
+def test_a_transcript_of_a_priced_model_is_costed_in_dollars(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "priced"
+    folder.mkdir()
+    (folder / "sonnet.json").write_text(
+        json.dumps({**hostile_transcript(), "model": "anthropic/claude-sonnet-4-5-20250929"})
+    )
+    (folder / "unknown.json").write_text(json.dumps({**plain_transcript(), "model": "mystery-7b"}))
+    out = tmp_path / "report.html"
+    argv = ["replay", str(folder), "--json", "--html", str(out), "--data-dir", str(tmp_path / "d")]
+    code, stdout, _ = run(argv, capsys)
+    assert code == 0
+    result = json.loads(stdout)
+    sonnet, unknown = result["transcripts"]
+    assert sonnet["price"]["pattern"] == "claude-sonnet-4*" and unknown["price"] is None
+    # Sonnet costs $0.30 per million cached input tokens and $3.75 written: three dollars
+    # per million Anthropic-like units, request by request
+    figures = sonnet["totals"]
+    assert figures["priced_requests"] == len(sonnet["requests"]) > 0
+    assert figures["money_original"] == pytest.approx(figures["cost_anthropic_original"] * 3e-6)
+    assert figures["money_saved"] == pytest.approx(
+        (figures["cost_anthropic_original"] - figures["cost_anthropic_proxied"]) * 3e-6
+    )
+    assert figures["money_saved"] > 0
+    assert unknown["totals"]["priced_requests"] == 0 and unknown["totals"]["money_saved"] == 0
+    total = result["total"]
+    assert total["money_saved"] == figures["money_saved"]
+    assert total["unpriced_requests"] == len(unknown["requests"])
+
+    page = parse(out.read_text(encoding="utf-8"))
+    check_figures(page.summary["sonnet"], figures)
+    check_figures(page.figures["sonnet"], figures)
+    check_figures(page.summary["TOTAL"], total)
+    assert "money_original" in dict(page.summary["sonnet"])
+    assert "money_original" not in dict(page.summary["unknown"])  # a dash: no price
+    assert "no price (token units only" in out.read_text(encoding="utf-8")
+
+    code, text, _ = run(["replay", str(folder), "--data-dir", str(tmp_path / "d")], capsys)
+    assert code == 0
+    rows = {line.split()[0]: line for line in text.splitlines()[2:] if line[:1].isalpha()}
+    assert rows["sonnet"].split()[8].startswith("$")
+    assert rows["unknown"].split()[8] == "-"
+    assert "no price (token units only, the anthr./openai columns): mystery-7b" in text
