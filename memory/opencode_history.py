@@ -115,6 +115,33 @@ class MessageView:
 
 
 @dataclass(frozen=True)
+class StoredMessage:
+    """A message as OpenCode stored it: its ``data`` and its parts' ``data``, in order
+    (unreadable JSON left out), for a reader that needs every field (replay)."""
+
+    id: str
+    info: dict[str, Any]
+    parts: tuple[dict[str, Any], ...]
+
+    @property
+    def role(self) -> str:
+        return _str(self.info.get("role")) or "?"
+
+    @property
+    def provider(self) -> str | None:
+        provider = _str(self.info.get("providerID"))
+        nested = self.info.get("model")
+        if provider is None and isinstance(nested, Mapping):
+            provider = _str(nested.get("providerID"))
+        return provider
+
+    @property
+    def model(self) -> str | None:
+        """``provider/model`` as ``MessageView.model`` shows it."""
+        return _model(self.info)
+
+
+@dataclass(frozen=True)
 class SearchHit:
     session_id: str
     session_title: str
@@ -294,6 +321,26 @@ class OpenCodeHistory:
                 )
             )
         return views
+
+    def stored_messages(self, session_id: str) -> list[StoredMessage]:
+        """The session's messages in order with their parts' whole JSON (``messages``
+        renders them for people; this keeps tool inputs, outputs and reasoning as stored)."""
+        self.session(session_id)
+        parts: dict[str, list[dict[str, Any]]] = {}
+        for row in self._query(
+            "SELECT message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id",
+            [session_id],
+        ):
+            part = _load(row["data"])
+            if part is not None:
+                parts.setdefault(row["message_id"], []).append(part)
+        return [
+            StoredMessage(row["id"], _load(row["data"]) or {}, tuple(parts.get(row["id"], ())))
+            for row in self._query(
+                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
+                [session_id],
+            )
+        ]
 
     # ------------------------------------------------------------ search
 

@@ -10,11 +10,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from memory.opencode_history import default_opencode_db
 from proxy import __version__
 from proxy.app import create_app
+from proxy.cli_io import positive_int
 from proxy.config import (
     ENV_PREFIX,
     OPTIONS_BY_NAME,
@@ -29,6 +32,9 @@ from proxy.doctor import add_doctor_parser, run_doctor
 from proxy.history_cli import add_history_parser, run_history
 from proxy.logs import configure_logging, redact_text
 from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
+
+if TYPE_CHECKING:
+    from proxy.replay import TranscriptReport
 
 DESCRIPTION = """\
 deepmem: a context-compression proxy between a coding agent (OpenCode) and its LLM provider.
@@ -60,11 +66,43 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay",
         help="replay transcripts through the pipeline and report what it saves",
-        description="Replay transcripts (corpus format) through the compression pipeline, one "
-        "request per assistant message, and print context reduction, prompt-cache cost, prefix "
-        "breaks, probe retention and pairing errors. Takes the same settings as serve.",
+        description="Replay transcripts (corpus format), or your own OpenCode sessions "
+        "(--opencode), through the compression pipeline, one request per assistant message, "
+        "and print context reduction, prompt-cache cost (in dollars at the model's list price "
+        "when it has one, else in token units), prefix breaks, probe retention and pairing "
+        "errors. Takes the same settings as serve.",
     )
-    replay.add_argument("target", metavar="FILE|DIR", help="a transcript or a directory of them")
+    replay.add_argument(
+        "target",
+        metavar="FILE|DIR",
+        nargs="?",
+        default=None,
+        help="a transcript or a directory of them (not with --opencode)",
+    )
+    replay.add_argument(
+        "--opencode",
+        metavar="DB",
+        nargs="?",
+        const="",
+        default=None,
+        help="replay sessions from OpenCode's own database (read-only), each in the wire "
+        "format of its provider (anthropic: Anthropic Messages, openai: Responses, others: "
+        f"chat); DB defaults to {default_opencode_db()}",
+    )
+    replay.add_argument(
+        "--session",
+        metavar="ID",
+        action="append",
+        default=None,
+        help="with --opencode: replay this session (repeatable)",
+    )
+    replay.add_argument(
+        "--last",
+        metavar="N",
+        type=positive_int,
+        default=None,
+        help="with --opencode: replay the N most recently updated sessions (default 5)",
+    )
     replay.add_argument("--json", action="store_true", help="print machine-readable results")
     replay.add_argument(
         "--html",
@@ -77,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--dialect",
         choices=("chat", "anthropic", "responses"),
-        default="chat",
-        help="send each request as OpenAI chat completions (default), Anthropic Messages or "
-        "OpenAI Responses, as OpenCode does, through the same hook",
+        default=None,
+        help="send each request as OpenAI chat completions (the default for transcripts), "
+        "Anthropic Messages or OpenAI Responses, as OpenCode does, through the same hook; "
+        "with --opencode each session's provider chooses unless this is given",
     )
     add_arguments(replay)
     expand_cmd = commands.add_parser(
@@ -204,9 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "expand":
         return expand_key(args.key, settings, args.start_line, args.end_line)
     if args.command == "replay":
-        return replay(
-            Path(args.target), settings, as_json=args.json, html=args.html, dialect=args.dialect
-        )
+        return replay_command(args, settings)
     if args.command == "memory":
         return run_memory(args, settings)
     if args.command == "checkpoint":
@@ -244,6 +281,103 @@ def expand_key(key: str, settings: Settings, start: int | None, end: int | None)
     return 0
 
 
+def replay_command(args: argparse.Namespace, settings: Settings) -> int:
+    """``deepmem replay``: transcript files, or OpenCode's sessions with ``--opencode``."""
+    if args.opencode is None:
+        if args.target is None:
+            return _usage("replay: give a transcript FILE|DIR, or --opencode [DB]")
+        if args.session or args.last:
+            return _usage("replay: --session and --last go with --opencode")
+        return replay(
+            Path(args.target),
+            settings,
+            as_json=args.json,
+            html=args.html,
+            dialect=args.dialect or "chat",
+        )
+    if args.target is not None:
+        return _usage(
+            f"replay: either a transcript FILE|DIR ({args.target}) or --opencode, not both "
+            "(--opencode DB names the database)"
+        )
+    if args.session and args.last:
+        return _usage("replay: --session or --last, not both")
+    database = Path(args.opencode).expanduser() if args.opencode else default_opencode_db()
+    return replay_opencode(
+        database,
+        settings,
+        sessions=args.session or [],
+        last=args.last,
+        as_json=args.json,
+        html=args.html,
+        dialect=args.dialect,
+    )
+
+
+def _usage(message: str) -> int:
+    print(f"deepmem: {message}", file=sys.stderr)
+    return 2
+
+
+def replay_opencode(
+    database: Path,
+    settings: Settings,
+    *,
+    sessions: list[str],
+    last: int | None,
+    as_json: bool,
+    html: Path | None,
+    dialect: str | None,
+) -> int:
+    from memory.opencode_history import OpenCodeHistoryError
+    from proxy.replay_opencode import DEFAULT_LAST, load_sessions, replay_sessions
+
+    if html is not None and not html.parent.is_dir():
+        print(f"deepmem: cannot write {html}: no directory {html.parent}", file=sys.stderr)
+        return 2
+    try:
+        transcripts = load_sessions(database, sessions, last or DEFAULT_LAST)
+    except OpenCodeHistoryError as exc:
+        print(f"deepmem: replay: {exc}", file=sys.stderr)
+        return 1
+    if not transcripts:
+        print(f"deepmem: replay: no OpenCode sessions in {database}", file=sys.stderr)
+        return 1
+    reports = replay_sessions(transcripts, settings, dialect)
+    return _report(reports, str(database), settings, as_json=as_json, html=html)
+
+
+def _report(
+    reports: list[TranscriptReport],
+    target: str,
+    settings: Settings,
+    *,
+    as_json: bool,
+    html: Path | None,
+) -> int:
+    """Print a replay's results (text or ``--json``) and write its HTML report."""
+    from proxy.replay import format_json, format_text
+
+    if as_json:
+        sys.stdout.buffer.write(format_json(reports) + b"\n")
+    else:
+        print(format_text(reports))
+    if html is not None:
+        from proxy.replay_report import write_html
+
+        try:
+            size = write_html(reports, html, target=target, settings=settings)
+        except OSError as exc:
+            print(f"deepmem: cannot write {html}: {exc}", file=sys.stderr)
+            return 1
+        # stdout stays pure JSON with --json; the note goes to stderr then
+        print(
+            f"HTML report written to {html} ({size:,} bytes)",
+            file=sys.stderr if as_json else sys.stdout,
+        )
+    return 0
+
+
 def replay(
     target: Path,
     settings: Settings,
@@ -252,7 +386,7 @@ def replay(
     html: Path | None = None,
     dialect: str = "chat",
 ) -> int:
-    from proxy.replay import NotATranscript, format_json, format_text, run_replay
+    from proxy.replay import NotATranscript, run_replay
 
     if not target.exists():
         print(f"deepmem: {target} does not exist", file=sys.stderr)
@@ -265,21 +399,4 @@ def replay(
     except NotATranscript as exc:
         print(f"deepmem: replay: {exc}", file=sys.stderr)
         return 2
-    if as_json:
-        sys.stdout.buffer.write(format_json(reports) + b"\n")
-    else:
-        print(format_text(reports))
-    if html is not None:
-        from proxy.replay_report import write_html
-
-        try:
-            size = write_html(reports, html, target=str(target), settings=settings)
-        except OSError as exc:
-            print(f"deepmem: cannot write {html}: {exc}", file=sys.stderr)
-            return 1
-        # stdout stays pure JSON with --json; the note goes to stderr then
-        print(
-            f"HTML report written to {html} ({size:,} bytes)",
-            file=sys.stderr if as_json else sys.stdout,
-        )
-    return 0
+    return _report(reports, str(target), settings, as_json=as_json, html=html)
