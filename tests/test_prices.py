@@ -5,10 +5,13 @@ unknown one."""
 from __future__ import annotations
 
 import re
+from datetime import date
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.config import ConfigError, load_settings
 from proxy.costs import ANTHROPIC, OPENAI, StreamTokens
@@ -55,6 +58,26 @@ def test_model_key_strips_provider_prefixes_and_date_suffixes(model: str, key: s
 def test_builtin_prices_match_common_model_ids(model: str, pattern: str, input_price: float):
     price = DEFAULT.lookup(model)
     assert price is not None and price.pattern == pattern and price.input == input_price
+
+
+EXACT = sorted(p.pattern for p in DEFAULT.builtin if "*" not in p.pattern)
+
+
+@given(
+    key=st.sampled_from(EXACT),
+    prefix=st.sampled_from(["", "anthropic/", "openai/", "openrouter/openai/", "Azure/"]),
+    day=st.dates(min_value=date(2020, 1, 1), max_value=date(2099, 12, 31)),
+    dashed=st.booleans(),
+    upper=st.booleans(),
+)
+def test_an_exact_entry_matches_whatever_prefix_and_date_suffix(
+    key: str, prefix: str, day: date, dashed: bool, upper: bool
+) -> None:
+    suffix = day.strftime("-%Y-%m-%d" if dashed else "-%Y%m%d")
+    model = prefix + (key.upper() if upper else key) + suffix
+    price = DEFAULT.lookup(model)
+    assert price is not None and price.pattern == key
+    assert model_key(model_key(model)) == model_key(model) == key
 
 
 @pytest.mark.parametrize("model", ["fake-model", "gpt-5-turbo-x", "claude-opus-4-9", "", None])
