@@ -684,6 +684,10 @@ def render_html(
         body.append(
             f'<section class="transcript" id="{anchor}" data-name="{_e(report.name)}">'
             f"<h2>{_e(report.name)}</h2>"
+            f"<p class='meta' data-dialect='{_e(report.dialect)}'>Sent as "
+            f"{_e(report.dialect)} requests"
+            + (f"; model {_e(_model_label(report))}" if report.model else "")
+            + ".</p>"
         )
         body.append("<h3>Totals</h3>" + totals_table(report))
         body.append("<h3>Tokens per request</h3>")

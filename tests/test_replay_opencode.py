@@ -275,6 +275,9 @@ def test_replay_opencode_reports_savings_in_each_providers_dialect(
     assert "money_original" not in summary["ses_local"]  # no price: a dash, token units only
     assert float(summary["ses_local"]["savings_anthropic"]) == local["totals"]["savings_anthropic"]
     assert float(summary["TOTAL"]["money_proxied"]) == total["money_proxied"]
+    document = html.read_text(encoding="utf-8")
+    for dialect in ("anthropic", "responses", "chat"):
+        assert document.count(f"data-dialect='{dialect}'") == 1
     assert snapshot(agent_db) == before  # read, never written
 
 

@@ -77,6 +77,7 @@ def test_replay_of_a_real_opencode_database(
     assert "cost at list price" in page
     for name in names:
         assert f'data-transcript="{name}"' in page
+    assert page.count("data-dialect='anthropic'") == len(names)
     print(
         f"\nreplay --opencode: {len(names)} transcripts, {total['requests']} requests, "
         f"reduction {total['reduction_summed']:.1%}, saved ${total['money_saved']:.4f} of "
