@@ -30,6 +30,7 @@ from proxy.config import (
 )
 from proxy.doctor import add_doctor_parser, run_doctor
 from proxy.history_cli import add_history_parser, run_history
+from proxy.init_cli import add_init_parser, run_init
 from proxy.logs import configure_logging, redact_text
 from proxy.memory_cli import add_checkpoint_parser, add_memory_parser, run_checkpoint, run_memory
 
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(commands)
     add_checkpoint_parser(commands)
     add_history_parser(commands)
+    add_init_parser(commands)
     add_doctor_parser(commands)
     _remember_parsers(parser)
     return parser
@@ -221,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "init":  # it may create the config file deepmem's settings name
+        return run_init(args)
     flags = {key: value for key, value in vars(args).items() if key in SETTING_KEYS}
     if args.command == "doctor":  # it reports a configuration error as one of its findings
         return run_doctor(args, flags)
