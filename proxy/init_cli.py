@@ -422,11 +422,13 @@ def _warn_overrides(
         for route in routes:
             value = jsonc.get_value(layer.data, ("provider", route.provider, "options", "baseURL"))
             if isinstance(value, str) and not points_at_proxy(value, proxy_url):
-                hint = f"--project {layer.path.parent}" if layer.label == "project" else ""
+                command = "deepmem init" + (
+                    f" --project {layer.path.parent}" if layer.label == "project" else ""
+                )
                 print(
                     f"deepmem: warning: {layer.path} sets provider.{route.provider}.options."
-                    f"baseURL to {value} and wins over {config.path}; run deepmem init {hint} "
-                    "for it too".replace("  ", " "),
+                    f"baseURL to {value}, which wins over {config.path}; run `{command}` for "
+                    "it too",
                     file=sys.stderr,
                 )
 

@@ -161,6 +161,8 @@ class _Parser:
                 break
             if char == "\\":
                 pos += 2
+            elif char in "\r\n":
+                raise self.fail("string not closed before the end of its line", start)
             elif char < " ":
                 raise self.fail("control character in a string (escape it)", pos)
             else:
