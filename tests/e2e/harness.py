@@ -188,13 +188,16 @@ def isolation_available() -> bool:
     return done.returncode == 0
 
 
-def run_scenario(provider: str, opencode: Path, work: Path) -> dict[str, Any]:
-    """Run one provider's scenario in a subprocess (isolated when possible); its result."""
+def run_scenario(
+    provider: str, opencode: Path, work: Path, runner: str = "tests.e2e.harness"
+) -> dict[str, Any]:
+    """Run one provider's scenario in a subprocess (isolated when possible); its result.
+    ``runner`` is the module that runs it (``main`` with the same arguments as this one's)."""
     work.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable,
         "-m",
-        "tests.e2e.harness",
+        runner,
         "--provider",
         provider,
         "--opencode",
