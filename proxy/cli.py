@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 DESCRIPTION = """\
 deepmem: a context-compression proxy between a coding agent (OpenCode) and its LLM provider.
 
-Point a provider's baseURL at the proxy: /v1/... goes to the default upstream, /NAME/... to
-the upstream named NAME. Every setting can be given as a flag, as a DEEP_MEMORY_* environment
-variable or in a TOML file (--config); flags win over the environment, the environment over
-the file, the file over the defaults.
+Point a provider's baseURL at the proxy (`deepmem init` does it): /v1/... goes to the default
+upstream, /NAME/... to the upstream named NAME. Every setting can be given as a flag, as a
+DEEP_MEMORY_* environment variable or in a TOML file (--config); flags win over the
+environment, the environment over the file, the file over the defaults.
 """
 
 

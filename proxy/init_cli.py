@@ -61,10 +61,11 @@ Which providers: --provider NAME (repeatable) or --all (every provider your conf
 names, you logged in to with `opencode auth login`, or have a key for in the environment);
 without either, it asks on a terminal and fails otherwise. --list shows them.
 
-Upstreams: each provider gets a deepmem upstream of its own name, served at /<id>/, whose URL
-is where the provider really is (its baseURL before the change, or OpenCode's default for a
-built-in provider). anthropic and openai need nothing: deepmem has them built in. For the
-others it prints the `upstream = [...]` line for deepmem's TOML file and the matching
+Upstreams: each provider gets a deepmem upstream of its own name, served at /<id>/ (so one
+proxy serves them all; the default /v1 is left alone), whose URL is where the provider really
+is: its baseURL before the change, or OpenCode's default for a built-in provider. anthropic
+and openai need nothing: deepmem has them built in. For the others it prints the
+`upstream = [...]` line for deepmem's TOML file and the matching
 `deepmem serve --upstream NAME=URL` flags; with --deepmem-config FILE it merges them into
 that file instead (created when missing): then run `deepmem serve --config FILE`.
 
@@ -267,6 +268,9 @@ def _ask(providers: Sequence[ProviderInfo], proxy_url: str) -> list[str]:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return []
+    if not answer:  # end of input (Ctrl-D): no answer is no consent
+        print(file=sys.stderr)
+        return []
     words = [w for w in answer.replace(",", " ").split() if w]
     if not words:
         return default
@@ -312,6 +316,8 @@ def choose(
 
 def run_init(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
+    if args.deepmem_config is not None:
+        args.deepmem_config = args.deepmem_config.expanduser()
     try:
         if args.undo:
             return _undo(args, environ)

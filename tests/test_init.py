@@ -188,6 +188,16 @@ def test_undo_restores_the_file_and_says_when_there_is_nothing_to_undo(
     assert "nothing to undo" in again.err
 
 
+def test_undo_dry_run_shows_what_it_would_put_back(home: Path, init: Init) -> None:
+    config = global_file(home)
+    config.write_text(GLOBAL)
+    assert init("--provider", "deepseek").code == 0
+    shown = init("--undo", "--dry-run")
+    assert shown.code == 0
+    assert '+        "baseURL": "https://api.deepseek.com/v1", // the real one\n' in shown.out
+    assert config.read_text() != GLOBAL and backup_of(config).exists()
+
+
 def test_undo_keeps_the_first_backup_across_runs(home: Path, init: Init) -> None:
     config = global_file(home)
     config.write_text(GLOBAL)
@@ -338,6 +348,17 @@ def test_on_a_terminal_it_asks(home: Path, init: Init, monkeypatch: pytest.Monke
     assert result.code == 0, result.err
     assert "1. deepseek" in result.out and "Route which providers" in result.err
     assert global_file(home).read_text() == GLOBAL_ROUTED
+
+
+def test_end_of_input_on_the_prompt_changes_nothing(
+    home: Path, init: Init, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    global_file(home).write_text(GLOBAL)
+    monkeypatch.setattr(init_cli, "interactive", lambda: True)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    result = init()
+    assert result.code == 1 and "no provider picked" in result.err
+    assert global_file(home).read_text() == GLOBAL
 
 
 def test_all_takes_the_providers_in_use(
