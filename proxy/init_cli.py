@@ -353,10 +353,16 @@ def _init(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         base_url = current if isinstance(current, str) else effective.get(name)
         try:
             real_urls[name] = real_base_url(name, base_url, backup_config, proxy_url, environ)
-        except InitError:
-            if not (base_url and points_at_proxy(base_url, proxy_url)):
+        except InitError as exc:
+            if base_url and points_at_proxy(base_url, proxy_url):
+                real_urls[name] = None  # routed already; deepmem's configuration knows where to
+            elif args.all:  # one provider deepmem cannot route does not stop the others
+                print(f"deepmem: skipped: {exc}", file=sys.stderr)
+            else:
                 raise
-            real_urls[name] = None  # routed already; deepmem's configuration knows where to
+    picked = [name for name in picked if name in real_urls]
+    if not picked:
+        raise InitError("--all: deepmem can route none of the providers in use")
     result = plan(config, picked, real_urls, proxy_url, mcp=not args.no_mcp)
     new_text = result.text if result.text != (config.text or "") else None
     toml_old = toml_new = None

@@ -145,8 +145,8 @@ def _provider_base_url(config: ConfigFile, name: str) -> str | None:
 def known_providers(
     configs: Sequence[ConfigFile], logged_in: Sequence[str], environ: Mapping[str, str]
 ) -> list[ProviderInfo]:
-    """Every provider the configuration names, the user logged in to, has a key for in the
-    environment, or that is built in — in that order, then by name."""
+    """The providers in use — named by the configuration, logged in to, or with a key in the
+    environment — by name, then the other built-in providers."""
     why: dict[str, list[str]] = {}
     base_urls: dict[str, str] = {}
     for config in configs:  # in load order: a later baseURL wins

@@ -377,6 +377,21 @@ def test_all_takes_the_providers_in_use(
     assert sorted(providers) == ["deepseek", "openrouter", "xai"]
 
 
+def test_all_skips_a_provider_it_cannot_route(home: Path, init: Init) -> None:
+    auth = home / ".local" / "share" / "opencode" / "auth.json"
+    auth.parent.mkdir(parents=True)
+    auth.write_text('{"github-copilot": {"type": "oauth"}, "anthropic": {"type": "oauth"}}')
+    result = init("--all")
+    assert result.code == 0, result.err
+    assert "skipped: provider github-copilot has no options.baseURL" in result.err
+    config = jsonc.loads(global_file(home, "opencode.json").read_text())
+    assert sorted(config["provider"]) == ["anthropic"]
+    auth.write_text('{"github-copilot": {"type": "oauth"}}')
+    global_file(home, "opencode.json").unlink()
+    none = init("--all")
+    assert none.code == 1 and "can route none of the providers in use" in none.err
+
+
 def test_unknown_provider_and_custom_provider_without_url(home: Path, init: Init) -> None:
     config = global_file(home, "opencode.json")
     config.write_text('{"provider": {"local": {"npm": "@ai-sdk/openai-compatible"}}}')
