@@ -421,6 +421,9 @@ def _report(
         print("  upstream = [" + ", ".join(f'"{r.spec}"' for r in needed) + "]", file=out)
         flags = " ".join(f"--upstream {r.spec}" for r in needed)
         print(f"or as flags: deepmem serve {flags}", file=out)
+    else:
+        config_flag = f" --config {args.deepmem_config}" if args.deepmem_config else ""
+        print(f"run: deepmem serve{config_flag}", file=out)
     if changed and not args.dry_run:
         print(f"backup: {backup_path(config.path)} (deepmem init --undo puts it back)", file=out)
 

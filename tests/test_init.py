@@ -221,6 +221,7 @@ def test_without_any_config_it_creates_one_and_undo_removes_it(home: Path, init:
         "mcp": {"deepmem": {"type": "remote", "url": "http://127.0.0.1:8787/mcp", "enabled": True}},
     }
     assert "upstream = [" not in result.out  # both are embedded in deepmem
+    assert "run: deepmem serve\n" in result.out
     assert init("--undo").code == 0
     assert not created.exists() and not backup_of(created).exists()
 
