@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import sqlite3
@@ -27,7 +26,7 @@ import aiohttp
 from compressors.tokens import exact_counts_available
 from memory.project import check_project_dir
 from memory.state import StateUnavailable
-from proxy import __version__
+from proxy import __version__, jsonc
 from proxy.cli_io import emit_json
 from proxy.config import (
     DEFAULT_SOURCE,
@@ -319,41 +318,6 @@ def check_state(settings: Settings, timeout: float) -> Finding:
 # ------------------------------------------------------------------ OpenCode's configuration
 
 
-def read_jsonc(text: str) -> Any:
-    """JSON with comments (``//``, ``/* */``) and trailing commas, as OpenCode reads its
-    ``opencode.json[c]``; ``ValueError`` when it is not that."""
-    text = text.removeprefix("\ufeff")
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        char = text[i]
-        if char == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise ValueError("unterminated /* comment")
-            out.append(" ")
-            i = end + 2
-        else:
-            if char in "}]":  # drop a trailing comma before it
-                k = len(out) - 1
-                while k >= 0 and out[k].isspace():
-                    k -= 1
-                if k >= 0 and out[k] == ",":
-                    del out[k]
-            out.append(char)
-            i += 1
-    return json.loads("".join(out))
-
-
 def opencode_config_files(environ: Mapping[str, str], workdir: Path) -> list[Path]:
     """The files OpenCode reads, lowest precedence first: the global config, $OPENCODE_CONFIG,
     then the project's ``opencode.json[c]`` from the git root (or the filesystem root) down
@@ -434,7 +398,7 @@ def check_opencode(
     servers: dict[str, tuple[Path, dict[str, Any]]] = {}  # mcp entry -> (file, entry)
     for path in files:
         try:
-            config = read_jsonc(path.read_text(encoding="utf-8"))
+            config = jsonc.loads(path.read_text(encoding="utf-8"))
             if not isinstance(config, dict):
                 raise ValueError("not a JSON object")
         except (OSError, UnicodeDecodeError, ValueError) as exc:

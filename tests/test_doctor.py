@@ -20,7 +20,6 @@ from proxy.doctor import (
     WARNING,
     Finding,
     Report,
-    read_jsonc,
     run_checks,
     setting_rows,
 )
@@ -221,20 +220,18 @@ async def test_a_missing_mcp_entry_is_a_warning(upstream, tmp_path, home) -> Non
     assert finding.status == WARNING and "/mcp" in finding.message
 
 
-def test_read_jsonc() -> None:
-    text = """\ufeff{
-      // a comment with "quotes" and a trailing comma,
-      "url": "http://127.0.0.1:8787/v1", /* not // a line comment */
-      "escaped": "a \\" // inside",
-      "list": [1, 2, /* two */ ],
-    }"""
-    assert read_jsonc(text) == {
-        "url": "http://127.0.0.1:8787/v1",
-        "escaped": 'a " // inside',
-        "list": [1, 2],
-    }
-    with pytest.raises(ValueError):
-        read_jsonc('{"a": 1 /* never closed')
+async def test_an_opencode_file_that_is_not_jsonc_is_a_problem_that_says_where(
+    upstream, tmp_path, home
+) -> None:
+    flags = local_flags(upstream, tmp_path)
+    broken = home["project"] / "opencode.jsonc"
+    broken.write_text('{\n  "provider": {} /* never closed\n}\n')
+    write_opencode(home["global"] / "opencode.json", int(str(flags["port"])))
+    report = await doctor(flags, home)
+    problem = found(report, "opencode")
+    assert problem.status == PROBLEM
+    assert problem.message == f"{broken} cannot be read: line 2, column 18: unterminated /* comment"
+    assert found(report, "opencode provider anthropic").status == OK  # the other file still counts
 
 
 # ------------------------------------------------------------------ a running proxy

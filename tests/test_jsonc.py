@@ -35,6 +35,20 @@ def test_reads_comments_trailing_commas_and_strings_that_look_like_comments() ->
     }
 
 
+def test_a_byte_order_mark_and_comment_markers_inside_strings() -> None:
+    text = """\ufeff{
+      // a comment with "quotes" and a trailing comma,
+      "url": "http://127.0.0.1:8787/v1", /* not // a line comment */
+      "escaped": "a \\" // inside",
+      "list": [1, 2, /* two */ ],
+    }"""
+    assert jsonc.loads(text) == {
+        "url": "http://127.0.0.1:8787/v1",
+        "escaped": 'a " // inside',
+        "list": [1, 2],
+    }
+
+
 def test_a_document_of_only_comments_has_no_value() -> None:
     assert jsonc.parse("  // nothing\n/* here */\n") is None
 
