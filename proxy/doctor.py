@@ -26,7 +26,7 @@ import aiohttp
 from compressors.tokens import exact_counts_available
 from memory.project import check_project_dir
 from memory.state import StateUnavailable
-from proxy import __version__, jsonc
+from proxy import __version__
 from proxy.cli_io import emit_json
 from proxy.config import (
     DEFAULT_SOURCE,
@@ -43,6 +43,13 @@ from proxy.config import (
     unknown_environment,
 )
 from proxy.logs import REDACTED, redact_text
+from proxy.opencode_config import (
+    ConfigFile,
+    ConfigFileError,
+    existing_config_files,
+    read_config,
+    read_text,
+)
 from proxy.stores import state_db_path
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
@@ -318,25 +325,19 @@ def check_state(settings: Settings, timeout: float) -> Finding:
 # ------------------------------------------------------------------ OpenCode's configuration
 
 
-def opencode_config_files(environ: Mapping[str, str], workdir: Path) -> list[Path]:
-    """The files OpenCode reads, lowest precedence first: the global config, $OPENCODE_CONFIG,
-    then the project's ``opencode.json[c]`` from the git root (or the filesystem root) down
-    to ``workdir``. Only those that exist."""
-    base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")) / ".config")
-    global_dir = Path(base).expanduser() / "opencode"
-    candidates = [global_dir / name for name in ("config.json", "opencode.json", "opencode.jsonc")]
-    if environ.get("OPENCODE_CONFIG"):
-        candidates.append(Path(environ["OPENCODE_CONFIG"]).expanduser())
-    project: list[Path] = []
-    for directory in (workdir, *workdir.parents):
-        project[:0] = [directory / "opencode.json", directory / "opencode.jsonc"]
-        if (directory / ".git").exists():
-            break
-    seen: list[Path] = []
-    for path in [*candidates, *project]:
-        if path.is_file() and path not in seen:
-            seen.append(path)
-    return seen
+def read_opencode_configs(
+    environ: Mapping[str, str], workdir: Path
+) -> tuple[list[ConfigFile], list[Finding]]:
+    """OpenCode's config files that exist, in its load order, and a problem for each that
+    cannot be read."""
+    configs: list[ConfigFile] = []
+    problems: list[Finding] = []
+    for path, label in existing_config_files(environ, workdir):
+        try:
+            configs.append(read_config(path, label, read_text(path)))
+        except ConfigFileError as exc:
+            problems.append(Finding("opencode", PROBLEM, str(exc)))
+    return configs, problems
 
 
 def _with_env(text: str, environ: Mapping[str, str]) -> str:
@@ -382,9 +383,11 @@ def check_opencode(
     host:port, under a prefix an upstream serves) and mounts its ``/mcp``; and the prefixes
     its providers use. Files are merged as OpenCode does: a later one's entry of the same name
     wins."""
-    files = opencode_config_files(environ, workdir)
+    configs, findings = read_opencode_configs(environ, workdir)
     proxy_url = f"http://{settings.host}:{settings.port}"
-    if not files:
+    if not configs:
+        if findings:  # files there, none readable: the reasons are the problems
+            return findings, set()
         finding = Finding(
             "opencode",
             WARNING,
@@ -393,23 +396,16 @@ def check_opencode(
             f"set a provider's options.baseURL to {proxy_url}/<upstream prefix>",
         )
         return [finding], set()
-    findings: list[Finding] = []
     base_urls: dict[str, tuple[Path, str]] = {}  # provider -> (file, baseURL)
     servers: dict[str, tuple[Path, dict[str, Any]]] = {}  # mcp entry -> (file, entry)
-    for path in files:
-        try:
-            config = jsonc.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(config, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            findings.append(Finding("opencode", PROBLEM, f"{path} cannot be read: {exc}"))
-            continue
-        for name, entry in _entries(config, "provider").items():
+    for config in configs:
+        path = config.path
+        for name, entry in _entries(config.data, "provider").items():
             options = entry.get("options")
             base = options.get("baseURL") if isinstance(options, dict) else None
             if isinstance(base, str):
                 base_urls[name] = (path, base)
-        for name, entry in _entries(config, "mcp").items():
+        for name, entry in _entries(config.data, "mcp").items():
             servers[name] = (path, {**servers.get(name, (path, {}))[1], **entry})
 
     prefixes: set[str] = set()
@@ -442,7 +438,7 @@ def check_opencode(
                     f"{path}: baseURL {shown} goes through deepmem to {upstream.public_url}",
                 )
             )
-    shown_files = ", ".join(map(str, files))
+    shown_files = ", ".join(str(config.path) for config in configs)
     if not prefixes:
         findings.append(
             Finding(
@@ -587,7 +583,8 @@ def add_doctor_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         default=None,
         metavar="DIR",
         help="the directory OpenCode runs in, whose opencode.json[c] (there or above, up to "
-        "the git root) is read (default: the current directory)",
+        "the git root or, outside a repository, the filesystem root) is read (default: the "
+        "current directory)",
     )
     add_arguments(doctor)
 

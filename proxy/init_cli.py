@@ -20,12 +20,18 @@ from proxy.cli_io import error, interactive
 from proxy.config import OPTIONS_BY_NAME
 from proxy.opencode_config import (
     BACKUP_SUFFIX,
+    CUSTOM,
+    GLOBAL,
+    PROJECT,
     ConfigFile,
+    ConfigFileError,
+    ConfigPath,
     InitError,
     Plan,
     ProviderInfo,
     Route,
     auth_file,
+    config_search_path,
     custom_config_file,
     editable_file,
     global_config_files,
@@ -35,9 +41,9 @@ from proxy.opencode_config import (
     pick_upstreams,
     plan,
     points_at_proxy,
-    project_chain,
     project_config_files,
     read_config,
+    read_text,
     real_base_url,
     validate_proxy_url,
 )
@@ -126,20 +132,6 @@ def add_init_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
 # ---------------------------------------------------------------- files
 
 
-def read_text(path: Path) -> str | None:
-    """The file's text, None when it does not exist; ``InitError`` when it cannot be read."""
-    try:
-        if path.exists() and not path.is_file():
-            raise InitError(f"{path} is not a regular file")
-        return path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except UnicodeDecodeError as exc:
-        raise InitError(f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    except OSError as exc:
-        raise InitError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -203,11 +195,11 @@ def target_file(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[P
         directory = Path(args.project).expanduser()
         if not directory.is_dir():
             raise InitError(f"--project {args.project}: no such directory")
-        return editable_file(project_config_files(directory)), "project"
+        return editable_file(project_config_files(directory)), PROJECT
     custom = custom_config_file(environ)
     if custom is not None:
-        return custom, "OPENCODE_CONFIG"
-    return editable_file(global_config_files(environ)), "global"
+        return custom, CUSTOM
+    return editable_file(global_config_files(environ)), GLOBAL
 
 
 def load_layers(
@@ -215,27 +207,17 @@ def load_layers(
 ) -> tuple[list[ConfigFile], ConfigFile]:
     """OpenCode's config files in load order (only those that exist, plus the target) and
     the target among them."""
-    ordered: list[tuple[Path, str]] = [(p, "global") for p in global_config_files(environ)]
-    custom = custom_config_file(environ)
-    if custom is not None:
-        ordered.append((custom, "OPENCODE_CONFIG"))
-    ordered += [(p, "project") for p in project_chain(project_dir)]
+    ordered = config_search_path(environ, project_dir)
     real_target = os.path.realpath(target)
-    if not any(os.path.realpath(p) == real_target for p, _ in ordered):
-        ordered.append((target, "given"))
+    if not any(os.path.realpath(location.path) == real_target for location in ordered):
+        ordered.append(ConfigPath(target, "given"))
     layers: list[ConfigFile] = []
     chosen: ConfigFile | None = None
-    seen: set[str] = set()
     for path, label in ordered:
-        real = os.path.realpath(path)
-        if real in seen:
+        is_target = os.path.realpath(path) == real_target
+        if not (is_target or path.exists()):
             continue
-        seen.add(real)
-        is_target = real == real_target
-        text = read_text(path) if path.exists() or is_target else None
-        if text is None and not is_target:
-            continue
-        config = read_config(path, label, text)
+        config = read_config(path, label, read_text(path))
         layers.append(config)
         if is_target:
             chosen = config
@@ -322,7 +304,7 @@ def run_init(args: argparse.Namespace, environ: Mapping[str, str] | None = None)
         if args.undo:
             return _undo(args, environ)
         return _init(args, environ)
-    except InitError as exc:
+    except (InitError, ConfigFileError) as exc:
         return error(str(exc), FAILED)
     except jsonc.JsoncError as exc:
         return error(f"cannot edit the file: {exc}", FAILED)
@@ -438,7 +420,7 @@ def _warn_overrides(
             value = jsonc.get_value(layer.data, ("provider", route.provider, "options", "baseURL"))
             if isinstance(value, str) and not points_at_proxy(value, proxy_url):
                 command = "deepmem init" + (
-                    f" --project {layer.path.parent}" if layer.label == "project" else ""
+                    f" --project {layer.path.parent}" if layer.label == PROJECT else ""
                 )
                 print(
                     f"deepmem: warning: {layer.path} sets provider.{route.provider}.options."

@@ -7,13 +7,14 @@ deepmem needs for each, and the new text of ``opencode.json`` and of deepmem's T
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy import jsonc
 from proxy.config import (
@@ -52,6 +53,11 @@ class InitError(ValueError):
     """``deepmem init`` cannot go on; the message says why, in one line."""
 
 
+class ConfigFileError(ValueError):
+    """A file cannot be read, or is not the JSONC object OpenCode's configuration is; the
+    message names it and says why (where, for a syntax error), in one line."""
+
+
 # ---------------------------------------------------------------- where the files are
 
 
@@ -85,15 +91,50 @@ def editable_file(candidates: Sequence[Path]) -> Path:
 
 
 def project_chain(directory: Path) -> list[Path]:
-    """The project files OpenCode reads from ``directory``: it and its parents up to the git
-    root (or only ``directory`` outside a repository), farthest first."""
+    """The project files OpenCode reads when run in ``directory``: those of each directory
+    from the project's root down to ``directory``, farthest first. The root is the git root
+    (the nearest directory holding ``.git``), else the filesystem root: outside a repository
+    OpenCode's project is ``/``."""
     directory = directory.absolute()
-    chain = [directory]
-    for parent in [directory, *directory.parents]:
-        if (parent / ".git").exists():
-            chain = [d for d in [directory, *directory.parents] if d.is_relative_to(parent)]
+    chain: list[Path] = []
+    for each in (directory, *directory.parents):
+        chain.append(each)
+        if (each / ".git").exists():
             break
-    return [path for d in reversed(chain) for path in project_config_files(d)]
+    return [path for each in reversed(chain) for path in project_config_files(each)]
+
+
+class ConfigPath(NamedTuple):
+    path: Path
+    label: str  # GLOBAL | CUSTOM | PROJECT
+
+
+GLOBAL, CUSTOM, PROJECT = "global", "OPENCODE_CONFIG", "project"
+
+
+def config_search_path(environ: Mapping[str, str], workdir: Path) -> list[ConfigPath]:
+    """Every file OpenCode reads its configuration from when run in ``workdir``, existing or
+    not, in its load order (a later file wins): the global files, ``$OPENCODE_CONFIG``, then
+    the project's (``project_chain``). A file reached twice (``$OPENCODE_CONFIG`` naming the
+    global file, a symlink) counts once, at its first place."""
+    ordered = [ConfigPath(path, GLOBAL) for path in global_config_files(environ)]
+    custom = custom_config_file(environ)
+    if custom is not None:
+        ordered.append(ConfigPath(custom, CUSTOM))
+    ordered += [ConfigPath(path, PROJECT) for path in project_chain(workdir)]
+    seen: set[str] = set()
+    unique: list[ConfigPath] = []
+    for location in ordered:
+        real = os.path.realpath(location.path)
+        if real not in seen:
+            seen.add(real)
+            unique.append(location)
+    return unique
+
+
+def existing_config_files(environ: Mapping[str, str], workdir: Path) -> list[ConfigPath]:
+    """The files of ``config_search_path`` that exist."""
+    return [location for location in config_search_path(environ, workdir) if location.path.exists()]
 
 
 def auth_file(environ: Mapping[str, str]) -> Path:
@@ -114,15 +155,34 @@ class ConfigFile:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+def read_text(path: Path) -> str | None:
+    """The file's text, None when it does not exist; ``ConfigFileError`` when it cannot be
+    read."""
+    try:
+        if path.exists() and not path.is_file():
+            raise ConfigFileError(f"{path} is not a regular file")
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(
+            f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
+    except OSError as exc:
+        raise ConfigFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def read_config(path: Path, label: str, text: str | None) -> ConfigFile:
+    """``text``, the contents of OpenCode's file ``path``, parsed; ``ConfigFileError`` when it
+    is not a JSONC object."""
     if text is None or not text.strip():
         return ConfigFile(path, label, text, {})
     try:
         data = jsonc.loads(text)
     except jsonc.JsoncError as exc:
-        raise InitError(f"{path} is not valid JSONC: {exc}") from None
+        raise ConfigFileError(f"{path} is not valid JSONC: {exc}") from None
     if not isinstance(data, dict):
-        raise InitError(f"{path}: the top level is not an object")
+        raise ConfigFileError(f"{path}: the top level is not an object")
     return ConfigFile(path, label, text, data)
 
 

@@ -230,7 +230,10 @@ async def test_an_opencode_file_that_is_not_jsonc_is_a_problem_that_says_where(
     report = await doctor(flags, home)
     problem = found(report, "opencode")
     assert problem.status == PROBLEM
-    assert problem.message == f"{broken} cannot be read: line 2, column 18: unterminated /* comment"
+    assert (
+        problem.message
+        == f"{broken} is not valid JSONC: line 2, column 18: unterminated /* comment"
+    )
     assert found(report, "opencode provider anthropic").status == OK  # the other file still counts
 
 

@@ -254,6 +254,20 @@ def test_a_project_file_that_overrides_the_baseurl_is_named(
     assert '"anthropic=https://gw.example.invalid/v1"' in result.out
 
 
+def test_outside_a_repository_a_parent_directorys_file_is_read_too(
+    home: Path, init: Init, tmp_path: Path
+) -> None:
+    """OpenCode's project is / outside a git repository: it reads opencode.json up to there."""
+    parent = tmp_path / "opencode.json"
+    parent.write_text(
+        '{"provider": {"anthropic": {"options": {"baseURL": "https://gw.example.invalid/v1"}}}}'
+    )
+    result = init("--provider", "anthropic")
+    assert result.code == 0
+    assert f"{parent} sets provider.anthropic.options.baseURL" in result.err
+    assert '"anthropic=https://gw.example.invalid/v1"' in result.out
+
+
 def test_opencode_config_variable_is_the_file_edited(
     home: Path, init: Init, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
