@@ -26,7 +26,7 @@ import aiohttp
 from compressors.tokens import exact_counts_available
 from memory.project import check_project_dir
 from memory.state import StateUnavailable
-from proxy import __version__
+from proxy import __version__, jsonc
 from proxy.cli_io import emit_json
 from proxy.config import (
     DEFAULT_SOURCE,
@@ -47,8 +47,11 @@ from proxy.opencode_config import (
     ConfigFile,
     ConfigFileError,
     existing_config_files,
+    merge_configs,
     read_config,
     read_text,
+    source_of,
+    substitute_env,
 )
 from proxy.stores import state_db_path
 
@@ -340,11 +343,6 @@ def read_opencode_configs(
     return configs, problems
 
 
-def _with_env(text: str, environ: Mapping[str, str]) -> str:
-    """OpenCode's ``{env:NAME}`` substitution."""
-    return re.sub(r"\{env:([^}]+)\}", lambda match: environ.get(match[1], ""), text)
-
-
 def _host_part(name: str) -> str:
     """``NAME`` of an allowed host ``NAME[:PORT]`` (``[::1]:8787`` gives ``::1``)."""
     if name.startswith("["):
@@ -381,8 +379,8 @@ def check_opencode(
 ) -> tuple[list[Finding], set[str]]:
     """Whether OpenCode sends a provider's requests through this proxy (a ``baseURL`` at its
     host:port, under a prefix an upstream serves) and mounts its ``/mcp``; and the prefixes
-    its providers use. Files are merged as OpenCode does: a later one's entry of the same name
-    wins."""
+    its providers use. Files are merged as OpenCode merges them (``merge_configs``); a
+    finding names the file its value comes from."""
     configs, findings = read_opencode_configs(environ, workdir)
     proxy_url = f"http://{settings.host}:{settings.port}"
     if not configs:
@@ -396,21 +394,22 @@ def check_opencode(
             f"set a provider's options.baseURL to {proxy_url}/<upstream prefix>",
         )
         return [finding], set()
-    base_urls: dict[str, tuple[Path, str]] = {}  # provider -> (file, baseURL)
-    servers: dict[str, tuple[Path, dict[str, Any]]] = {}  # mcp entry -> (file, entry)
-    for config in configs:
-        path = config.path
-        for name, entry in _entries(config.data, "provider").items():
-            options = entry.get("options")
-            base = options.get("baseURL") if isinstance(options, dict) else None
-            if isinstance(base, str):
-                base_urls[name] = (path, base)
-        for name, entry in _entries(config.data, "mcp").items():
-            servers[name] = (path, {**servers.get(name, (path, {}))[1], **entry})
+    merged = merge_configs(configs)
+    base_urls: dict[str, tuple[Path, str]] = {}  # provider -> (its file, baseURL)
+    for name, entry in _entries(merged, "provider").items():
+        base = jsonc.get_value(entry, ("options", "baseURL"))
+        source = source_of(configs, ("provider", name, "options", "baseURL"))
+        if isinstance(base, str) and source is not None:
+            base_urls[name] = (source.path, base)
+    servers: dict[str, tuple[Path, dict[str, Any]]] = {}  # mcp entry -> (its file, entry)
+    for name, entry in _entries(merged, "mcp").items():
+        source = source_of(configs, ("mcp", name))
+        if source is not None:
+            servers[name] = (source.path, entry)
 
     prefixes: set[str] = set()
     for name, (path, base) in base_urls.items():
-        parts = _points_at_proxy(_with_env(base, environ), settings)
+        parts = _points_at_proxy(substitute_env(base, environ), settings)
         if parts is None:
             continue
         prefix = parts.path.strip("/").partition("/")[0]
@@ -454,7 +453,7 @@ def check_opencode(
         (f"{path}: mcp entry {name!r}", entry.get("enabled") is not False)
         for name, (path, entry) in servers.items()
         if isinstance(entry.get("url"), str)
-        and (parts := _points_at_proxy(_with_env(entry["url"], environ), settings)) is not None
+        and (parts := _points_at_proxy(substitute_env(entry["url"], environ), settings)) is not None
         and parts.path.rstrip("/") == "/mcp"
     ]
     enabled = [where for where, on in mounted if on]

@@ -197,8 +197,37 @@ class ProviderInfo:
         return self.why != ("built-in",)
 
 
-def _provider_base_url(config: ConfigFile, name: str) -> str | None:
-    value = jsonc.get_value(config.data, ("provider", name, "options", "baseURL"))
+def merge_configs(configs: Sequence[ConfigFile]) -> dict[str, Any]:
+    """The configuration OpenCode runs with: ``configs`` (in load order) merged deeply, as it
+    merges its files: an object merges key by key, any other value a later file sets replaces
+    the earlier one."""
+    merged: dict[str, Any] = {}
+    for config in configs:
+        merged = _merge(merged, config.data)
+    return merged
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    result = dict(base)
+    for key, value in override.items():
+        earlier = result.get(key)
+        if isinstance(earlier, dict) and isinstance(value, dict):
+            result[key] = _merge(earlier, value)
+        else:
+            result[key] = value
+    return result
+
+
+def source_of(configs: Sequence[ConfigFile], path: Sequence[str]) -> ConfigFile | None:
+    """The file the merged value at ``path`` comes from: the last that sets it."""
+    for config in reversed(configs):
+        if jsonc.get_value(config.data, path) is not None:
+            return config
+    return None
+
+
+def _provider_base_url(data: Mapping[str, Any], name: str) -> str | None:
+    value = jsonc.get_value(data, ("provider", name, "options", "baseURL"))
     return value if isinstance(value, str) else None
 
 
@@ -208,14 +237,12 @@ def known_providers(
     """The providers in use — named by the configuration, logged in to, or with a key in the
     environment — by name, then the other built-in providers."""
     why: dict[str, list[str]] = {}
-    base_urls: dict[str, str] = {}
-    for config in configs:  # in load order: a later baseURL wins
+    for config in configs:
         providers = config.data.get("provider")
         for name in providers if isinstance(providers, dict) else {}:
             why.setdefault(name, []).append(f"{config.label} config")
-            base_url = _provider_base_url(config, name)
-            if base_url is not None:
-                base_urls[name] = base_url
+    merged = merge_configs(configs)
+    base_urls = {name: _provider_base_url(merged, name) for name in why}
     for name in logged_in:
         why.setdefault(name, []).append("logged in")
     for name, builtin in BUILTIN_PROVIDERS.items():
@@ -251,6 +278,16 @@ def points_at_proxy(url: str, proxy_url: str) -> bool:
 _ENV_REFERENCE = re.compile(r"\{env:([^}]+)\}")
 
 
+def substitute_env(text: str, environ: Mapping[str, str]) -> str:
+    """OpenCode's ``{env:NAME}`` in ``text``: the variable's value, empty when it is unset."""
+    return _ENV_REFERENCE.sub(lambda match: environ.get(match[1], ""), text)
+
+
+def unset_env(text: str, environ: Mapping[str, str]) -> list[str]:
+    """The variables ``text`` names as ``{env:NAME}`` that are unset or empty."""
+    return [name for name in _ENV_REFERENCE.findall(text) if not environ.get(name)]
+
+
 def real_base_url(
     provider: str,
     base_url: str | None,
@@ -260,7 +297,7 @@ def real_base_url(
 ) -> str:
     """The provider's own API base URL: its baseURL when it does not point at deepmem yet,
     else the one the backup of an earlier ``deepmem init`` kept, else the built-in default."""
-    candidates = [base_url, _provider_base_url(backup, provider) if backup else None]
+    candidates = [base_url, _provider_base_url(backup.data, provider) if backup else None]
     for candidate in candidates:
         if candidate is None or points_at_proxy(candidate, proxy_url):
             continue
@@ -268,12 +305,12 @@ def real_base_url(
             raise InitError(
                 f"provider {provider}: baseURL {candidate!r} reads a file; write the URL"
             )
-        missing = [n for n in _ENV_REFERENCE.findall(candidate) if not environ.get(n)]
+        missing = unset_env(candidate, environ)
         if missing:
             raise InitError(
                 f"provider {provider}: baseURL {candidate!r} names ${missing[0]}, which is not set"
             )
-        url = _ENV_REFERENCE.sub(lambda m: environ[m.group(1)], candidate).rstrip("/")
+        url = substitute_env(candidate, environ).rstrip("/")
         if not re.match(r"^https?://[^/\s]+", url):
             raise InitError(f"provider {provider}: baseURL {url!r} is not an http(s) URL")
         return url

@@ -220,6 +220,18 @@ async def test_a_missing_mcp_entry_is_a_warning(upstream, tmp_path, home) -> Non
     assert finding.status == WARNING and "/mcp" in finding.message
 
 
+async def test_env_references_are_read_as_opencode_reads_them(upstream, tmp_path, home) -> None:
+    flags = local_flags(upstream, tmp_path)
+    port = int(str(flags["port"]))
+    (home["project"] / "opencode.json").write_text(
+        '{"provider": {"anthropic": {"options": {"baseURL": "http://{env:PROXY}/anthropic"}}},'
+        ' "mcp": {"deepmem": {"type": "remote", "url": "http://{env:PROXY}/mcp"}}}'
+    )
+    report = await doctor(flags, home, {"PROXY": f"127.0.0.1:{port}"})
+    assert found(report, "opencode provider anthropic").status == OK
+    assert found(report, "opencode mcp").status == OK
+
+
 async def test_an_opencode_file_that_is_not_jsonc_is_a_problem_that_says_where(
     upstream, tmp_path, home
 ) -> None:

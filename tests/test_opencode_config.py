@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +12,14 @@ from proxy.opencode_config import (
     CUSTOM,
     GLOBAL,
     PROJECT,
+    ConfigFile,
     ConfigPath,
     config_search_path,
     existing_config_files,
+    merge_configs,
+    source_of,
+    substitute_env,
+    unset_env,
 )
 
 
@@ -107,3 +113,51 @@ def test_doctor_and_init_see_the_same_files_in_the_same_order(layout: dict[str, 
     seen_by_init, _ = init_cli.load_layers(custom, layout["workdir"], environ)
     assert [(c.path, c.label) for c in seen_by_doctor] == expected
     assert [(c.path, c.label) for c in seen_by_init] == expected
+
+
+def config(path: str, data: dict[str, Any], label: str = PROJECT) -> ConfigFile:
+    return ConfigFile(Path(path), label, "", data)
+
+
+def test_files_merge_deeply_and_a_value_comes_from_the_last_file_that_sets_it() -> None:
+    first = config(
+        "/g/opencode.json",
+        {
+            "provider": {"anthropic": {"options": {"apiKey": "k", "baseURL": "https://a/v1"}}},
+            "mcp": {"deepmem": {"type": "remote", "url": "http://127.0.0.1:8787/mcp"}},
+            "model": "anthropic/claude",
+            "theme": {"name": "dark"},
+        },
+        GLOBAL,
+    )
+    second = config(
+        "/p/opencode.json",
+        {
+            "provider": {"anthropic": {"options": {"baseURL": "http://127.0.0.1:8787/anthropic"}}},
+            "mcp": {"deepmem": {"enabled": False}},
+            "theme": "light",  # not an object: replaces the earlier one
+        },
+    )
+    assert merge_configs([first, second]) == {
+        "provider": {
+            "anthropic": {"options": {"apiKey": "k", "baseURL": "http://127.0.0.1:8787/anthropic"}}
+        },
+        "mcp": {
+            "deepmem": {"type": "remote", "url": "http://127.0.0.1:8787/mcp", "enabled": False}
+        },
+        "model": "anthropic/claude",
+        "theme": "light",
+    }
+    assert first.data["provider"]["anthropic"]["options"]["baseURL"] == "https://a/v1"  # kept
+    base_url = ("provider", "anthropic", "options", "baseURL")
+    assert source_of([first, second], base_url) is second
+    assert source_of([first, second], ("provider", "anthropic", "options", "apiKey")) is first
+    assert source_of([first, second], ("provider", "openai")) is None
+
+
+def test_env_references_are_substituted_as_opencode_does() -> None:
+    environ = {"HOST": "127.0.0.1", "EMPTY": ""}
+    text = "http://{env:HOST}:8787/{env:EMPTY}{env:UNSET}v1"
+    assert substitute_env(text, environ) == "http://127.0.0.1:8787/v1"
+    assert unset_env(text, environ) == ["EMPTY", "UNSET"]
+    assert substitute_env("no reference {env:}", environ) == "no reference {env:}"
