@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -31,6 +32,21 @@ class RunningProxy:
     @property
     def state(self) -> ProxyState:
         return self.app[STATE]
+
+
+@pytest.fixture
+def opencode_home(tmp_path: Path) -> dict[str, Any]:
+    """A project directory (a git root) and an environment whose OpenCode config dir (the
+    global one) exists and is empty."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    xdg = tmp_path / "xdg"
+    (xdg / "opencode").mkdir(parents=True)
+    return {
+        "project": project,
+        "environ": {"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)},
+        "global": xdg / "opencode",
+    }
 
 
 @pytest.fixture

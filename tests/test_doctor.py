@@ -9,7 +9,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 
 from proxy.cli import main
@@ -32,20 +31,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> dict[str, Any]:
-    """A project directory (a git root) and an environment whose OpenCode config dir is empty."""
-    project = tmp_path / "project"
-    (project / ".git").mkdir(parents=True)
-    xdg = tmp_path / "xdg"
-    (xdg / "opencode").mkdir(parents=True)
-    return {
-        "project": project,
-        "environ": {"XDG_CONFIG_HOME": str(xdg), "HOME": str(tmp_path)},
-        "global": xdg / "opencode",
-    }
 
 
 def local_flags(upstream: FakeUpstream, tmp_path: Path, **flags: object) -> dict[str, object]:
@@ -96,11 +81,11 @@ def write_opencode(path: Path, port: int, *, prefix: str = "anthropic", mcp: boo
 # ------------------------------------------------------------------ upstreams
 
 
-async def test_an_unreachable_upstream_is_a_problem(upstream, tmp_path, home) -> None:
+async def test_an_unreachable_upstream_is_a_problem(upstream, tmp_path, opencode_home) -> None:
     port = closed_port()
     flags = local_flags(upstream, tmp_path)
     flags["upstream"] = [*flags["upstream"], f"kimi=http://127.0.0.1:{port}/v1"]  # type: ignore[misc]
-    report = await doctor(flags, home)
+    report = await doctor(flags, opencode_home)
     finding = found(report, "upstream kimi")
     assert finding.status == PROBLEM
     assert "unreachable" in finding.message and f"127.0.0.1:{port}" in finding.message
@@ -108,7 +93,7 @@ async def test_an_unreachable_upstream_is_a_problem(upstream, tmp_path, home) ->
     assert report.exit_code == 1
 
 
-async def test_a_missing_version_path_gets_a_hint(tmp_path, home) -> None:
+async def test_a_missing_version_path_gets_a_hint(tmp_path, opencode_home) -> None:
     async def v1_only(request: web.Request, body: bytes) -> web.StreamResponse:
         if request.path.startswith("/v1/"):
             return web.json_response({"object": "list", "data": []})
@@ -118,7 +103,7 @@ async def test_a_missing_version_path_gets_a_hint(tmp_path, home) -> None:
     try:
         flags = local_flags(fake, tmp_path)
         flags["upstream"] = [*flags["upstream"], f"kimi={fake.url}"]  # type: ignore[misc]
-        report = await doctor(flags, home)
+        report = await doctor(flags, opencode_home)
     finally:
         await fake.stop()
     finding = found(report, "upstream kimi")
@@ -130,13 +115,15 @@ async def test_a_missing_version_path_gets_a_hint(tmp_path, home) -> None:
     assert sorted(r.path for r in fake.requests) == ["/models"] + ["/v1/models"] * 4
 
 
-async def test_a_404_with_the_version_path_present_is_only_a_warning(tmp_path, home) -> None:
+async def test_a_404_with_the_version_path_present_is_only_a_warning(
+    tmp_path, opencode_home
+) -> None:
     async def no_models(request: web.Request, body: bytes) -> web.StreamResponse:
         return web.json_response({"error": "not found"}, status=404)
 
     fake = await FakeUpstream(handler=no_models).start()
     try:
-        report = await doctor(local_flags(fake, tmp_path), home)
+        report = await doctor(local_flags(fake, tmp_path), opencode_home)
     finally:
         await fake.stop()
     assert found(report, "upstream default").status == WARNING
@@ -145,101 +132,111 @@ async def test_a_404_with_the_version_path_present_is_only_a_warning(tmp_path, h
 # ------------------------------------------------------------------ local state
 
 
-async def test_an_unwritable_data_dir_is_a_problem(upstream, tmp_path, home) -> None:
+async def test_an_unwritable_data_dir_is_a_problem(upstream, tmp_path, opencode_home) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    report = await doctor(local_flags(upstream, tmp_path, data_dir=str(blocker / "data")), home)
+    report = await doctor(
+        local_flags(upstream, tmp_path, data_dir=str(blocker / "data")), opencode_home
+    )
     assert found(report, "data_dir").status == PROBLEM
-    report = await doctor(local_flags(upstream, tmp_path, data_dir=str(blocker)), home)
+    report = await doctor(local_flags(upstream, tmp_path, data_dir=str(blocker)), opencode_home)
     assert "not a directory" in found(report, "data_dir").message
 
-    report = await doctor(local_flags(upstream, tmp_path), home)
+    report = await doctor(local_flags(upstream, tmp_path), opencode_home)
     assert found(report, "data_dir").status == OK
     assert not (tmp_path / "data").exists()  # the doctor changes nothing
 
 
 async def test_a_state_url_nobody_answers_is_a_problem_and_its_password_is_not_shown(
-    upstream, tmp_path, home
+    upstream, tmp_path, opencode_home
 ) -> None:
     url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{closed_port()}/0"
-    report = await doctor(local_flags(upstream, tmp_path, state_url=url), home)
+    report = await doctor(local_flags(upstream, tmp_path, state_url=url), opencode_home)
     finding = found(report, "state")
     assert finding.status == PROBLEM
     assert REDIS_PASSWORD not in json.dumps(report.to_json())
 
 
-async def test_a_damaged_state_database_is_a_problem(upstream, tmp_path, home) -> None:
+async def test_a_damaged_state_database_is_a_problem(upstream, tmp_path, opencode_home) -> None:
     data = tmp_path / "data"
     data.mkdir()
     (data / "deepmem.sqlite3").write_bytes(b"this is not an SQLite database" * 100)
-    report = await doctor(local_flags(upstream, tmp_path), home)
+    report = await doctor(local_flags(upstream, tmp_path), opencode_home)
     assert found(report, "state").status == PROBLEM
 
 
-async def test_a_redis_that_answers_is_fine(upstream, tmp_path, home, redis) -> None:
-    report = await doctor(local_flags(upstream, tmp_path, state_url=redis.url), home)
+async def test_a_redis_that_answers_is_fine(upstream, tmp_path, opencode_home, redis) -> None:
+    report = await doctor(local_flags(upstream, tmp_path, state_url=redis.url), opencode_home)
     assert found(report, "state").status == OK
 
 
-async def test_no_existing_allowed_root_is_a_problem(upstream, tmp_path, home) -> None:
+async def test_no_existing_allowed_root_is_a_problem(upstream, tmp_path, opencode_home) -> None:
     flags = local_flags(upstream, tmp_path, allowed_roots=str(tmp_path / "nowhere"))
-    assert found(await doctor(flags, home), "allowed_roots").status == PROBLEM
+    assert found(await doctor(flags, opencode_home), "allowed_roots").status == PROBLEM
 
 
 # ------------------------------------------------------------------ OpenCode's configuration
 
 
-async def test_opencode_not_pointing_at_the_proxy_is_a_problem(upstream, tmp_path, home) -> None:
+async def test_opencode_not_pointing_at_the_proxy_is_a_problem(
+    upstream, tmp_path, opencode_home
+) -> None:
     flags = local_flags(upstream, tmp_path)
-    write_opencode(home["project"] / "opencode.jsonc", closed_port())  # another port
-    report = await doctor(flags, home)
+    write_opencode(opencode_home["project"] / "opencode.jsonc", closed_port())  # another port
+    report = await doctor(flags, opencode_home)
     assert found(report, "opencode providers").status == PROBLEM
     assert found(report, "opencode mcp").status == WARNING
 
-    write_opencode(home["project"] / "opencode.jsonc", int(str(flags["port"])))
-    report = await doctor(flags, home)
+    write_opencode(opencode_home["project"] / "opencode.jsonc", int(str(flags["port"])))
+    report = await doctor(flags, opencode_home)
     assert found(report, "opencode provider anthropic").status == OK
     assert found(report, "opencode mcp").status == OK
     assert not [f for f in report.findings if f.check == "opencode providers"]
 
 
-async def test_a_base_url_under_no_upstream_prefix_is_a_problem(upstream, tmp_path, home) -> None:
+async def test_a_base_url_under_no_upstream_prefix_is_a_problem(
+    upstream, tmp_path, opencode_home
+) -> None:
     flags = local_flags(upstream, tmp_path)
-    write_opencode(home["global"] / "opencode.json", int(str(flags["port"])), prefix="deepseek")
-    finding = found(await doctor(flags, home), "opencode provider anthropic")
+    write_opencode(
+        opencode_home["global"] / "opencode.json", int(str(flags["port"])), prefix="deepseek"
+    )
+    finding = found(await doctor(flags, opencode_home), "opencode provider anthropic")
     assert finding.status == PROBLEM and "/deepseek/" in finding.message
 
 
-async def test_a_missing_mcp_entry_is_a_warning(upstream, tmp_path, home) -> None:
+async def test_a_missing_mcp_entry_is_a_warning(upstream, tmp_path, opencode_home) -> None:
     flags = local_flags(upstream, tmp_path)
     config = tmp_path / "elsewhere.json"
     write_opencode(config, int(str(flags["port"])), mcp=False)
-    report = await doctor(flags, home, {"OPENCODE_CONFIG": str(config)})
+    report = await doctor(flags, opencode_home, {"OPENCODE_CONFIG": str(config)})
     assert found(report, "opencode provider anthropic").status == OK  # $OPENCODE_CONFIG is read
     finding = found(report, "opencode mcp")
     assert finding.status == WARNING and "/mcp" in finding.message
 
 
-async def test_env_references_are_read_as_opencode_reads_them(upstream, tmp_path, home) -> None:
+async def test_env_references_are_read_as_opencode_reads_them(
+    upstream, tmp_path, opencode_home
+) -> None:
     flags = local_flags(upstream, tmp_path)
     port = int(str(flags["port"]))
-    (home["project"] / "opencode.json").write_text(
+    (opencode_home["project"] / "opencode.json").write_text(
         '{"provider": {"anthropic": {"options": {"baseURL": "http://{env:PROXY}/anthropic"}}},'
         ' "mcp": {"deepmem": {"type": "remote", "url": "http://{env:PROXY}/mcp"}}}'
     )
-    report = await doctor(flags, home, {"PROXY": f"127.0.0.1:{port}"})
+    report = await doctor(flags, opencode_home, {"PROXY": f"127.0.0.1:{port}"})
     assert found(report, "opencode provider anthropic").status == OK
     assert found(report, "opencode mcp").status == OK
 
 
 async def test_an_opencode_file_that_is_not_jsonc_is_a_problem_that_says_where(
-    upstream, tmp_path, home
+    upstream, tmp_path, opencode_home
 ) -> None:
     flags = local_flags(upstream, tmp_path)
-    broken = home["project"] / "opencode.jsonc"
+    broken = opencode_home["project"] / "opencode.jsonc"
     broken.write_text('{\n  "provider": {} /* never closed\n}\n')
-    write_opencode(home["global"] / "opencode.json", int(str(flags["port"])))
-    report = await doctor(flags, home)
+    write_opencode(opencode_home["global"] / "opencode.json", int(str(flags["port"])))
+    report = await doctor(flags, opencode_home)
     problem = found(report, "opencode")
     assert problem.status == PROBLEM
     assert (
@@ -253,14 +250,14 @@ async def test_an_opencode_file_that_is_not_jsonc_is_a_problem_that_says_where(
 
 
 async def test_a_running_proxy_is_found_and_a_missing_one_is_a_warning(
-    start_proxy: ProxyFactory, upstream, tmp_path, home
+    start_proxy: ProxyFactory, upstream, tmp_path, opencode_home
 ) -> None:
     flags = local_flags(upstream, tmp_path)
-    assert found(await doctor(flags, home), "running proxy").status == WARNING
+    assert found(await doctor(flags, opencode_home), "running proxy").status == WARNING
 
     running = await start_proxy(upstream=[f"{upstream.url}/v1"])
     flags["port"] = running.url.rpartition(":")[2]
-    finding = found(await doctor(flags, home), "running proxy")
+    finding = found(await doctor(flags, opencode_home), "running proxy")
     assert finding.status == OK and "answers" in finding.message
 
 
@@ -297,15 +294,15 @@ def test_each_value_says_where_it_came_from(tmp_path: Path) -> None:
 
 
 async def test_the_command_prints_json_and_exits_0_when_all_is_well(
-    start_proxy: ProxyFactory, upstream, tmp_path, home, monkeypatch, capsys
+    start_proxy: ProxyFactory, upstream, tmp_path, opencode_home, monkeypatch, capsys
 ) -> None:
     running = await start_proxy(upstream=[f"{upstream.url}/v1"])
     port = running.url.rpartition(":")[2]
-    for name, value in home["environ"].items():
+    for name, value in opencode_home["environ"].items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("OPENCODE_CONFIG", raising=False)
-    monkeypatch.chdir(home["project"])
-    write_opencode(home["project"] / "opencode.json", int(port))
+    monkeypatch.chdir(opencode_home["project"])
+    write_opencode(opencode_home["project"] / "opencode.json", int(port))
     flags = local_flags(upstream, tmp_path)
     argv = ["doctor", "--json", "--timeout", "3", "--port", port]
     argv += ["--data-dir", str(flags["data_dir"]), "--allowed-roots", str(tmp_path)]
@@ -334,14 +331,16 @@ def test_a_configuration_error_is_reported_as_a_problem(monkeypatch, capsys) -> 
     assert "PROBLEM  config: environment DEEP_MEMORY_PORT" in out
 
 
-async def test_the_project_config_overrides_the_global_one(upstream, tmp_path, home) -> None:
+async def test_the_project_config_overrides_the_global_one(
+    upstream, tmp_path, opencode_home
+) -> None:
     flags = local_flags(upstream, tmp_path)
-    write_opencode(home["global"] / "opencode.jsonc", int(str(flags["port"])))
-    (home["project"] / "opencode.json").write_text(
+    write_opencode(opencode_home["global"] / "opencode.jsonc", int(str(flags["port"])))
+    (opencode_home["project"] / "opencode.json").write_text(
         '{"provider": {"anthropic": {"options": {"baseURL": "https://api.anthropic.com/v1"}}},'
         ' "mcp": {"deepmem": {"enabled": false}}}'
     )
-    report = await doctor(flags, home)
+    report = await doctor(flags, opencode_home)
     assert found(report, "opencode providers").status == PROBLEM
     finding = found(report, "opencode mcp")
     assert finding.status == WARNING and "disabled" in finding.message

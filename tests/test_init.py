@@ -239,32 +239,21 @@ def test_project_file_and_proxy_url(home: Path, init: Init, tmp_path: Path) -> N
     assert not global_file(home, "opencode.json").exists()
 
 
+@pytest.mark.parametrize("where", ["project", "."])
 def test_a_project_file_that_overrides_the_baseurl_is_named(
-    home: Path, init: Init, tmp_path: Path
+    home: Path, init: Init, tmp_path: Path, where: str
 ) -> None:
-    project = tmp_path / "project"
-    (project / "opencode.jsonc").write_text(
+    """The project's own file, or a parent directory's: outside a git repository OpenCode's
+    project is /, and it reads the opencode.json[c] of every directory up to there."""
+    overriding = tmp_path / where / "opencode.jsonc"
+    overriding.write_text(
         '{"provider": {"anthropic": {"options": {"baseURL": "https://gw.example.invalid/v1"}}}}'
     )
     result = init("--provider", "anthropic")
     assert result.code == 0
-    assert f"{project / 'opencode.jsonc'} sets provider.anthropic.options.baseURL" in result.err
-    assert f"deepmem init --project {project}" in result.err
+    assert f"{overriding} sets provider.anthropic.options.baseURL" in result.err
+    assert f"deepmem init --project {overriding.parent}" in result.err
     # the gateway, in force, is where deepmem must forward anthropic's requests
-    assert '"anthropic=https://gw.example.invalid/v1"' in result.out
-
-
-def test_outside_a_repository_a_parent_directorys_file_is_read_too(
-    home: Path, init: Init, tmp_path: Path
-) -> None:
-    """OpenCode's project is / outside a git repository: it reads opencode.json up to there."""
-    parent = tmp_path / "opencode.json"
-    parent.write_text(
-        '{"provider": {"anthropic": {"options": {"baseURL": "https://gw.example.invalid/v1"}}}}'
-    )
-    result = init("--provider", "anthropic")
-    assert result.code == 0
-    assert f"{parent} sets provider.anthropic.options.baseURL" in result.err
     assert '"anthropic=https://gw.example.invalid/v1"' in result.out
 
 

@@ -24,22 +24,17 @@ from proxy.opencode_config import (
 
 
 @pytest.fixture
-def layout(tmp_path: Path) -> dict[str, Path]:
-    """A global config dir, a custom file, a git repository with a nested working directory."""
-    xdg = tmp_path / "xdg"
-    (xdg / "opencode").mkdir(parents=True)
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
+def layout(opencode_home: dict[str, Any]) -> dict[str, Any]:
+    """The global config dir, a git repository and a working directory nested in it."""
+    repo = opencode_home["project"]
     workdir = repo / "packages" / "app"
     workdir.mkdir(parents=True)
-    return {"global": xdg / "opencode", "repo": repo, "workdir": workdir, "tmp": tmp_path}
+    return {**opencode_home, "repo": repo, "workdir": workdir, "tmp": repo.parent}
 
 
-def environ_of(layout: dict[str, Path], custom: Path | None = None) -> dict[str, str]:
-    environ = {"XDG_CONFIG_HOME": str(layout["global"].parent), "HOME": str(layout["tmp"])}
-    if custom is not None:
-        environ["OPENCODE_CONFIG"] = str(custom)
-    return environ
+def environ_of(layout: dict[str, Any], custom: Path | None = None) -> dict[str, str]:
+    custom_variable = {} if custom is None else {"OPENCODE_CONFIG": str(custom)}
+    return {**layout["environ"], **custom_variable}
 
 
 def write(path: Path, text: str = "{}") -> Path:
@@ -47,7 +42,7 @@ def write(path: Path, text: str = "{}") -> Path:
     return path
 
 
-def test_the_search_path_in_load_order(layout: dict[str, Path]) -> None:
+def test_the_search_path_in_load_order(layout: dict[str, Any]) -> None:
     custom = layout["tmp"] / "custom.jsonc"
     environ = environ_of(layout, custom)
     repo, workdir = layout["repo"], layout["workdir"]
@@ -89,7 +84,7 @@ def test_outside_a_repository_the_project_files_go_up_to_the_filesystem_root(
     assert paths[3:5] == [Path("/opencode.json"), Path("/opencode.jsonc")]
 
 
-def test_a_file_reached_twice_counts_once_at_its_first_place(layout: dict[str, Path]) -> None:
+def test_a_file_reached_twice_counts_once_at_its_first_place(layout: dict[str, Any]) -> None:
     global_file = write(layout["global"] / "opencode.json")
     link = layout["workdir"] / "opencode.jsonc"
     link.symlink_to(global_file)
@@ -97,7 +92,7 @@ def test_a_file_reached_twice_counts_once_at_its_first_place(layout: dict[str, P
     assert existing_config_files(environ, layout["workdir"]) == [ConfigPath(global_file, GLOBAL)]
 
 
-def test_doctor_and_init_see_the_same_files_in_the_same_order(layout: dict[str, Path]) -> None:
+def test_doctor_and_init_see_the_same_files_in_the_same_order(layout: dict[str, Any]) -> None:
     custom = write(layout["tmp"] / "custom.json")
     environ = environ_of(layout, custom)
     expected = [
