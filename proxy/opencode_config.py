@@ -1,8 +1,11 @@
-"""What ``deepmem init`` knows about OpenCode's configuration, and the edits it plans.
+"""What deepmem knows about OpenCode's configuration, for ``deepmem init`` and ``deepmem
+doctor`` alike: which files OpenCode reads, in which order (``config_search_path``), how it
+reads them (``read_config``: JSONC) and merges them (``merge_configs``, ``{env:NAME}`` by
+``substitute_env``); and the edits ``deepmem init`` plans: which providers a user has, the
+upstream deepmem needs for each, the new text of ``opencode.json`` and of deepmem's TOML file.
 
-Pure functions over texts and mappings (the command in ``proxy.init_cli`` reads and writes the
-files): where OpenCode looks for its configuration, which providers a user has, the upstream
-deepmem needs for each, and the new text of ``opencode.json`` and of deepmem's TOML file.
+Apart from finding and reading the files, pure functions over texts and mappings (the command
+in ``proxy.init_cli`` writes the files).
 """
 
 from __future__ import annotations
