@@ -44,10 +44,14 @@ from proxy.config import (
 )
 from proxy.logs import REDACTED, redact_text
 from proxy.opencode_config import (
+    LOOPBACK_NAMES,
     ConfigFile,
     ConfigFileError,
+    ProxyAddress,
     existing_config_files,
+    is_proxy_mcp_url,
     merge_configs,
+    proxy_prefix,
     read_config,
     read_text,
     source_of,
@@ -57,7 +61,6 @@ from proxy.stores import state_db_path
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 DEFAULT_TIMEOUT = 5.0
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_ADDRESSES = frozenset({"", "0.0.0.0", "::"})
 # A base URL path that already ends in an API version (/v1, /v1beta, /api/v3, /v1beta/openai).
 _VERSION_PATH = re.compile(r"/v\d+[a-z0-9]*(?:/[a-z]+)?$", re.IGNORECASE)
@@ -350,21 +353,14 @@ def _host_part(name: str) -> str:
     return name.partition(":")[0]
 
 
-def _points_at_proxy(url: str, settings: Settings) -> urllib.parse.SplitResult | None:
-    """The parsed ``url`` when it names this proxy's port and a host that reaches it
-    (loopback, the bound address, an allowed host; any host when it binds every address)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or port != settings.port:
-        return None
+def proxy_address(settings: Settings) -> ProxyAddress:
+    """The host names that reach this proxy at its port: loopback, the bound address and the
+    allowed hosts; any name when it binds every address."""
     if settings.host in WILDCARD_ADDRESSES:
-        return parts
+        return ProxyAddress(settings.port, None)
     hosts = {*LOOPBACK_NAMES, _host_part(settings.host.lower())}
     hosts.update(_host_part(name) for name in settings.allowed_hosts)
-    return parts if (parts.hostname or "") in hosts else None
+    return ProxyAddress(settings.port, frozenset(hosts))
 
 
 def _entries(config: dict[str, Any], section: str) -> dict[str, dict[str, Any]]:
@@ -407,12 +403,12 @@ def check_opencode(
         if source is not None:
             servers[name] = (source.path, entry)
 
+    address = proxy_address(settings)
     prefixes: set[str] = set()
     for name, (path, base) in base_urls.items():
-        parts = _points_at_proxy(substitute_env(base, environ), settings)
-        if parts is None:
+        prefix = proxy_prefix(substitute_env(base, environ), address)
+        if prefix is None:
             continue
-        prefix = parts.path.strip("/").partition("/")[0]
         prefixes.add(prefix)
         upstream = settings.upstream_for_prefix(prefix)
         check, shown = f"opencode provider {name}", redact_text(base)
@@ -453,8 +449,7 @@ def check_opencode(
         (f"{path}: mcp entry {name!r}", entry.get("enabled") is not False)
         for name, (path, entry) in servers.items()
         if isinstance(entry.get("url"), str)
-        and (parts := _points_at_proxy(substitute_env(entry["url"], environ), settings)) is not None
-        and parts.path.rstrip("/") == "/mcp"
+        and is_proxy_mcp_url(substitute_env(entry["url"], environ), address)
     ]
     enabled = [where for where, on in mounted if on]
     if enabled:

@@ -273,9 +273,59 @@ def route_name(provider: str) -> str:
     return name
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _port(parts: urllib.parse.SplitResult) -> int:
+    """The URL's port (its scheme's when it names none); ``ValueError`` when it is no port."""
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyAddress:
+    """Where OpenCode's URLs reach deepmem: its port, and the host names that lead there
+    (None: any name, as when it binds every address)."""
+
+    port: int
+    hosts: frozenset[str] | None
+
+    @classmethod
+    def of_url(cls, proxy_url: str) -> ProxyAddress:
+        """The address of a URL of deepmem's: its host, or any loopback name for one of them."""
+        parts = urllib.parse.urlsplit(proxy_url)
+        host = parts.hostname or ""
+        return cls(_port(parts), LOOPBACK_NAMES if host in LOOPBACK_NAMES else frozenset({host}))
+
+    def parse(self, url: str) -> urllib.parse.SplitResult | None:
+        """``url`` parsed when it is an http(s) URL that reaches deepmem, else None."""
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = _port(parts)
+        except ValueError:
+            return None
+        if parts.scheme not in ("http", "https") or port != self.port:
+            return None
+        if self.hosts is not None and (parts.hostname or "") not in self.hosts:
+            return None
+        return parts
+
+
+def proxy_prefix(url: str, proxy: ProxyAddress) -> str | None:
+    """The first segment of ``url``'s path (the upstream prefix deepmem serves it under; "" at
+    the root) when ``url`` reaches deepmem, else None."""
+    parts = proxy.parse(url)
+    return None if parts is None else parts.path.strip("/").partition("/")[0]
+
+
+def is_proxy_mcp_url(url: str, proxy: ProxyAddress) -> bool:
+    """Whether ``url`` is deepmem's MCP endpoint, ``/mcp``."""
+    parts = proxy.parse(url)
+    return parts is not None and parts.path.rstrip("/") == "/mcp"
+
+
 def points_at_proxy(url: str, proxy_url: str) -> bool:
-    url, proxy_url = url.rstrip("/"), proxy_url.rstrip("/")
-    return url == proxy_url or url.startswith(proxy_url + "/")
+    """Whether ``url`` reaches the deepmem at ``proxy_url`` (under any path)."""
+    return ProxyAddress.of_url(proxy_url).parse(url) is not None
 
 
 _ENV_REFERENCE = re.compile(r"\{env:([^}]+)\}")
@@ -377,13 +427,14 @@ def plan(
     if text is None:
         text = '{\n  "$schema": "' + SCHEMA_URL + '"\n}\n'
     data = jsonc.loads(text)
+    address = ProxyAddress.of_url(proxy_url)
     routes: list[Route] = []
     notes: list[str] = []
     for provider in providers:
         current = jsonc.get_value(data, ("provider", provider, "options", "baseURL"))
-        if isinstance(current, str) and points_at_proxy(current, proxy_url):
-            segment = urllib.parse.urlsplit(current).path.strip("/").split("/")[0]
-            upstream = DEFAULT_UPSTREAM_NAME if segment in ("", DEFAULT_PREFIX) else segment
+        prefix = proxy_prefix(current, address) if isinstance(current, str) else None
+        if isinstance(current, str) and prefix is not None:
+            upstream = DEFAULT_UPSTREAM_NAME if prefix in ("", DEFAULT_PREFIX) else prefix
             routes.append(Route(provider, upstream, real_urls[provider], current, changed=False))
             continue
         upstream = route_name(provider)
@@ -399,7 +450,7 @@ def plan(
             for name, entry in (entries.items() if isinstance(entries, dict) else [])
             if isinstance(entry, dict)
             and isinstance(entry.get("url"), str)
-            and entry["url"].split("?", 1)[0].rstrip("/") == mcp_url
+            and is_proxy_mcp_url(entry["url"], address)
         ]
         if present:
             mcp_url = jsonc.get_value(data, ("mcp", present[0], "url"))
@@ -568,8 +619,15 @@ def _array_insertion(
 
 
 def validate_proxy_url(url: str) -> str:
+    """``url`` without a trailing slash; ``InitError`` unless it is http(s)://HOST[:PORT]:
+    deepmem serves its routes at the root."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+    try:
+        _port(parts)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        valid = False
+    if not valid or parts.path.strip("/") or parts.query or parts.fragment:
         raise InitError(f"--proxy-url {url!r}: expected http://HOST:PORT (deepmem's address)")
     return url.rstrip("/")
 

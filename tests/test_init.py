@@ -281,6 +281,34 @@ def test_mcp_entries_that_reach_deepmem_already_are_kept(home: Path, init: Init)
     assert '"deepmem"' not in config.read_text()
 
 
+@pytest.mark.parametrize("host", ["localhost", "[::1]"])
+def test_urls_at_deepmem_under_another_loopback_name_are_routed_already(
+    home: Path, init: Init, host: str
+) -> None:
+    """Not an upstream of deepmem's own (a loop): the provider and the tools go through it."""
+    config = global_file(home, "opencode.json")
+    text = (
+        f'{{"provider": {{"anthropic": {{"options": {{"baseURL": "http://{host}:8787/anthropic"}}}}}},'
+        f' "mcp": {{"mine": {{"type": "remote", "url": "http://{host}:8787/mcp/"}}}}}}'
+    )
+    config.write_text(text)
+    result = init("--provider", "anthropic")
+    assert result.code == 0
+    assert f"anthropic: baseURL http://{host}:8787/anthropic (already)" in result.out
+    assert "upstream =" not in result.out and "nothing to configure" in result.out
+    assert config.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8787/deepmem", "http://127.0.0.1:99999", "ftp://h:1", "http://:1"]
+)
+def test_a_proxy_url_that_is_not_http_host_port_is_refused(
+    home: Path, init: Init, url: str
+) -> None:
+    result = init("--provider", "anthropic", "--proxy-url", url)
+    assert result.code == 1 and "expected http://HOST:PORT" in result.err
+
+
 def test_an_old_deepmem_mcp_entry_gets_the_new_url_and_keeps_its_headers(
     home: Path, init: Init
 ) -> None:

@@ -14,9 +14,12 @@ from proxy.opencode_config import (
     PROJECT,
     ConfigFile,
     ConfigPath,
+    ProxyAddress,
     config_search_path,
     existing_config_files,
+    is_proxy_mcp_url,
     merge_configs,
+    proxy_prefix,
     source_of,
     substitute_env,
     unset_env,
@@ -156,3 +159,19 @@ def test_env_references_are_substituted_as_opencode_does() -> None:
     assert substitute_env(text, environ) == "http://127.0.0.1:8787/v1"
     assert unset_env(text, environ) == ["EMPTY", "UNSET"]
     assert substitute_env("no reference {env:}", environ) == "no reference {env:}"
+
+
+def test_which_urls_reach_deepmem() -> None:
+    local = ProxyAddress.of_url("http://127.0.0.1:8787")
+    for url in ("http://localhost:8787/anthropic", "http://[::1]:8787", "http://LOCALHOST:8787"):
+        assert local.parse(url) is not None, url
+    for url in ("http://127.0.0.1:8788/x", "http://10.0.0.2:8787/x", "ws://localhost:8787", ":"):
+        assert local.parse(url) is None, url
+    named = ProxyAddress.of_url("http://deepmem.lan:8787/")
+    assert named.parse("http://deepmem.lan:8787/v1") and not named.parse("http://localhost:8787")
+    assert ProxyAddress(80, None).parse("http://any.host/openai") is not None  # binds all
+    assert proxy_prefix("http://localhost:8787/anthropic/v1", local) == "anthropic"
+    assert proxy_prefix("http://localhost:8787", local) == ""
+    assert proxy_prefix("https://api.anthropic.com/v1", local) is None
+    assert is_proxy_mcp_url("http://localhost:8787/mcp/?project=/x", local)
+    assert not is_proxy_mcp_url("http://localhost:8787/mcp/other", local)
