@@ -26,7 +26,7 @@ import aiohttp
 from compressors.tokens import exact_counts_available
 from memory.project import check_project_dir
 from memory.state import StateUnavailable
-from proxy import __version__, jsonc
+from proxy import __version__
 from proxy.cli_io import emit_json
 from proxy.config import (
     DEFAULT_SOURCE,
@@ -51,6 +51,7 @@ from proxy.opencode_config import (
     existing_config_files,
     is_proxy_mcp_url,
     merge_configs,
+    provider_base_url,
     proxy_prefix,
     read_config,
     read_text,
@@ -392,8 +393,8 @@ def check_opencode(
         return [finding], set()
     merged = merge_configs(configs)
     base_urls: dict[str, tuple[Path, str]] = {}  # provider -> (its file, baseURL)
-    for name, entry in _entries(merged, "provider").items():
-        base = jsonc.get_value(entry, ("options", "baseURL"))
+    for name in _entries(merged, "provider"):
+        base = provider_base_url(merged, name)
         source = source_of(configs, ("provider", name, "options", "baseURL"))
         if isinstance(base, str) and source is not None:
             base_urls[name] = (source.path, base)

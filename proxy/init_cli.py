@@ -42,6 +42,7 @@ from proxy.opencode_config import (
     plan,
     points_at_proxy,
     project_config_files,
+    provider_base_url,
     read_config,
     read_text,
     real_base_url,
@@ -331,8 +332,7 @@ def _init(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     effective = {p.name: p.base_url for p in providers}
     real_urls: dict[str, str | None] = {}
     for name in picked:
-        current = jsonc.get_value(config.data, ("provider", name, "options", "baseURL"))
-        base_url = current if isinstance(current, str) else effective.get(name)
+        base_url = provider_base_url(config.data, name) or effective.get(name)
         try:
             real_urls[name] = real_base_url(name, base_url, backup_config, proxy_url, environ)
         except InitError as exc:
@@ -417,8 +417,8 @@ def _warn_overrides(
     later = layers[layers.index(config) + 1 :]
     for layer in later:
         for route in routes:
-            value = jsonc.get_value(layer.data, ("provider", route.provider, "options", "baseURL"))
-            if isinstance(value, str) and not points_at_proxy(value, proxy_url):
+            value = provider_base_url(layer.data, route.provider)
+            if value is not None and not points_at_proxy(value, proxy_url):
                 command = "deepmem init" + (
                     f" --project {layer.path.parent}" if layer.label == PROJECT else ""
                 )

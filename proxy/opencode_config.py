@@ -229,7 +229,8 @@ def source_of(configs: Sequence[ConfigFile], path: Sequence[str]) -> ConfigFile 
     return None
 
 
-def _provider_base_url(data: Mapping[str, Any], name: str) -> str | None:
+def provider_base_url(data: Mapping[str, Any], name: str) -> str | None:
+    """Provider ``name``'s ``options.baseURL`` in a configuration, when it is a string."""
     value = jsonc.get_value(data, ("provider", name, "options", "baseURL"))
     return value if isinstance(value, str) else None
 
@@ -245,7 +246,7 @@ def known_providers(
         for name in providers if isinstance(providers, dict) else {}:
             why.setdefault(name, []).append(f"{config.label} config")
     merged = merge_configs(configs)
-    base_urls = {name: _provider_base_url(merged, name) for name in why}
+    base_urls = {name: provider_base_url(merged, name) for name in why}
     for name in logged_in:
         why.setdefault(name, []).append("logged in")
     for name, builtin in BUILTIN_PROVIDERS.items():
@@ -350,7 +351,7 @@ def real_base_url(
 ) -> str:
     """The provider's own API base URL: its baseURL when it does not point at deepmem yet,
     else the one the backup of an earlier ``deepmem init`` kept, else the built-in default."""
-    candidates = [base_url, _provider_base_url(backup.data, provider) if backup else None]
+    candidates = [base_url, provider_base_url(backup.data, provider) if backup else None]
     for candidate in candidates:
         if candidate is None or points_at_proxy(candidate, proxy_url):
             continue
