@@ -40,7 +40,8 @@ COPY pyproject.toml README.md ./
 COPY proxy/ proxy/
 COPY compressors/ compressors/
 COPY memory/ memory/
-RUN pip install --no-cache-dir . \
+# [semantic]: memory search by meaning (a 32 MB embedding model inside the package, numpy)
+RUN pip install --no-cache-dir ".[semantic]" \
     && rm -rf /tmp/deepmem-src
 
 # No /workspace and no VOLUME for projects: a forgotten project mount must not turn into an

@@ -3,7 +3,7 @@
 No Docker engine is needed: the Dockerfile is parsed, and what its instructions run is
 replayed on this machine. A fresh virtual environment stands in for the image: the files the
 Dockerfile COPYs are staged into a build context of their own, installed with the same
-``pip install --no-cache-dir .`` (non-editable), and the ENTRYPOINT and HEALTHCHECK commands
+``pip install --no-cache-dir ".[semantic]"`` (non-editable), and the ENTRYPOINT and HEALTHCHECK commands
 are then run from that environment.
 """
 
@@ -349,9 +349,10 @@ def test_image_commands_work_in_a_fresh_venv(tmp_path: Path) -> None:
     bin_dir = venv / "bin"
     python = bin_dir / "python"
 
-    # The Dockerfile's install step: RUN pip install --no-cache-dir .  (from the build context)
+    # The Dockerfile's install step, from the build context
+    assert 'RUN pip install --no-cache-dir ".[semantic]"' in DOCKERFILE.read_text(encoding="utf-8")
     pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-cache-dir", "."],
+        [str(python), "-m", "pip", "install", "--no-cache-dir", ".[semantic]"],
         cwd=context,
         capture_output=True,
         text=True,
