@@ -39,6 +39,7 @@ import xxhash
 
 from compressors import jsontext
 from compressors.calls import MIN_ARGUMENTS_CHARS, cut_call
+from compressors.changes import Change, ChangeKind
 from compressors.focus import task_terms
 from compressors.markers import MARKER_START, ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, ToolOutput
@@ -143,12 +144,14 @@ class CompressionResult:
     event: str | None = None
     tokens_before: int = 0
     tokens_after: int = 0
+    changes: list[Change] = field(default_factory=list)  # what was changed, item by item
 
 
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 MIN_REMINDER_CHARS = 400
+DUPLICATE_POINTER = "identical to an earlier"  # how a dedup pointer's marker begins
 
 
 def fingerprint(output: ToolOutput) -> str:
@@ -426,7 +429,7 @@ def _compress_one(
     key = ccr_key(text)
     if duplicate:
         tool = candidate.output.tool or "tool"
-        pointer = marker(f"identical to an earlier {tool} output with the same arguments", key)
+        pointer = marker(f"{DUPLICATE_POINTER} {tool} output with the same arguments", key)
         result.counters["dedup"] += 1
         return Decision(level=level, text=pointer)
     last_level = level >= len(settings.level_ratios)
@@ -463,9 +466,25 @@ def _apply(
     if decision.text is None:
         return
     original = candidate.output.text
-    result.originals[_original_key(memo, candidate.fp, original)] = original
+    key = _original_key(memo, candidate.fp, original)
+    result.originals[key] = original
     candidate.item.set_text(decision.text)
     result.changed = True
+    deduped = decision.text.startswith(MARKER_START + DUPLICATE_POINTER)
+    result.changes.append(
+        Change(
+            ChangeKind.DEDUPED if deduped else ChangeKind.COMPRESSED,
+            candidate.item.message,
+            len(original),
+            len(decision.text),
+            decision.text,
+            candidate.output.tool or None,
+            key,
+            tokens_before=candidate.tokens,
+            tokens_after=estimate_tokens(decision.text),
+            new=candidate.fp in result.decisions,
+        )
+    )
 
 
 def _strip_old_turns(
@@ -489,6 +508,15 @@ def _strip_old_turns(
             elif item.kind is Kind.TEXT and isinstance(item.value, str) and "<think" in item.value:
                 without = THINK_BLOCK.sub("", item.value)
                 if without != item.value:
+                    result.changes.append(
+                        Change(
+                            ChangeKind.REASONING_DROPPED,
+                            item.message,
+                            len(item.value),
+                            len(without),
+                            without,
+                        )
+                    )
                     item.set_text(without)
                     result.counters["reasoning_dropped"] += 1
                     result.changed = True
@@ -544,6 +572,18 @@ def _cut_old_calls(
         item.holder[item.key] = (
             decision.text if isinstance(value, str) else jsontext.loads(utf8(decision.text))[0]
         )
+        result.changes.append(
+            Change(
+                ChangeKind.CALL_CUT,
+                item.message,
+                len(original),
+                len(decision.text),
+                decision.text,
+                item.tool_name,
+                _original_key(memo, fp, original),
+                new=fp in result.decisions,
+            )
+        )
         changed = True
     if changed:
         result.changed = True
@@ -558,7 +598,11 @@ def _drop_reminders(item: Item, result: CompressionResult) -> None:
         key = ccr_key(block)
         result.originals[key] = block
         result.counters["reminders_dropped"] += 1
-        return marker("system reminder removed from an earlier turn", key)
+        pointer = marker("system reminder removed from an earlier turn", key)
+        change = Change(ChangeKind.REMINDER_DROPPED, item.message, len(block), len(pointer))
+        change.text, change.key = pointer, key
+        result.changes.append(change)
+        return pointer
 
     text = SYSTEM_REMINDER.sub(replace, item.value)
     if text != item.value:
@@ -570,7 +614,28 @@ def _drop_reasoning(
     conversation: Conversation, dropped: list[Item], result: CompressionResult
 ) -> None:
     """Remove reasoning whole: the field, the thinking block, or the Responses item."""
+    sizes = [(item.message, _reasoning_chars(item.value)) for item in dropped]  # before they go
     count = conversation.drop_reasoning(dropped)
     if count:
+        kept = {id(item) for item in conversation.items}
+        result.changes.extend(
+            Change(ChangeKind.REASONING_DROPPED, message, chars, 0)
+            for item, (message, chars) in zip(dropped, sizes, strict=True)
+            if id(item) not in kept
+        )
         result.counters["reasoning_dropped"] += count
         result.changed = True
+
+
+def _reasoning_chars(value: object) -> int:
+    """The characters of a reasoning field, read without serialising it: a string, or the
+    texts of a list of parts (a Responses summary)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(
+            len(part["text"])
+            for part in value
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return 0

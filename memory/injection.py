@@ -71,6 +71,15 @@ def wrap(kind: str, body: str) -> str:
     return f'<{TAG} kind="{kind}">\n{body}\n</{TAG}>'
 
 
+_BLOCK_START = re.compile(f'<{TAG} kind="([^"]*)">')
+
+
+def block_kinds(text: str) -> tuple[str, ...]:
+    """The kinds of the blocks ``wrap`` made in ``text``, in order (remembered text is
+    defanged, so no copy of the tag inside a block is read as one)."""
+    return tuple(_BLOCK_START.findall(text))
+
+
 @dataclass(frozen=True, slots=True)
 class Line:
     """One remembered line to show: its text, where it comes from and its date."""

@@ -45,6 +45,7 @@ from proxy.pipeline import (
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.request_body import UnreadableBody, content_coding, decoded
+from proxy.rewrites import RewriteLog, build_record, rewrite_handler
 from proxy.security import Access, guard, host_allowed
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
@@ -85,9 +86,11 @@ class ProxyState:
     own_addons: bool = True  # built from the settings (not given by a test)
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
     opt_out: OptOut = field(init=False)  # requests relayed untouched by the user's choice
+    rewrite_log: RewriteLog = field(init=False)  # what each recent request's rewrite changed
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
+        self.rewrite_log = RewriteLog(self.settings.retention_days * 86400)
         self.opt_out = OptOut.from_settings(self.settings)
         self.replica = cluster.replica_name(self.settings)
         self.sessions = SessionRegistry(self.settings.max_sessions, replica=self.replica)
@@ -240,6 +243,7 @@ async def index_handler(request: web.Request) -> web.Response:
                 "/memory/{search,list,stats,export,store,forget,import,cleanup}",
                 "/sessions/{sid}/checkpoint",
                 "/sessions/{sid}/messages/{n}",
+                "/sessions/{sid}/requests/{rid}",
             ],
         }
     )
@@ -313,7 +317,34 @@ def _prepare(
         model,
         state.settings.prices.lookup(model),
     )
+    if session is not None:
+        record.rewrite_id = _keep_rewrite(state, result, dialect, model, len(raw))
     return result, session, record
+
+
+def _keep_rewrite(
+    state: ProxyState, result: Rewrite, dialect: Dialect, model: str | None, bytes_in: int
+) -> str:
+    """What the rewrite changed, kept for the dashboard's request view (``proxy.rewrites``)."""
+    flow = result.flow
+    project = flow.project.path if flow is not None and flow.project is not None else None
+    log_ = state.rewrite_log
+    record = build_record(
+        log_.new_id(),
+        result.session_id,
+        result.kind.value,
+        result.outcome,
+        state.replica,
+        flow.changes() if flow is not None and result.changed else [],
+        dialect=dialect.value,
+        model=model,
+        project=str(project) if project is not None else None,
+        bytes_in=bytes_in,
+        bytes_out=len(result.body),
+        reason=result.relay_reason or result.error,
+    )
+    log_.add(record)
+    return record.id
 
 
 def _server_timing(overhead: float) -> CIMultiDict[str]:
@@ -757,6 +788,9 @@ def create_app(settings: Settings, addons: list[Addon] | None = None) -> web.App
     sessions = session_handler(memory, settings)
     app.router.add_get("/sessions/{sid}/checkpoint", sessions)
     app.router.add_get("/sessions/{sid}/messages/{n}", sessions)
+    app.router.add_get(
+        "/sessions/{sid}/requests/{rid}", rewrite_handler(state.rewrite_log, state.replica)
+    )
     proxied = app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
     kinds = {index: Access.PAGE, health_route: Access.PUBLIC, proxied: Access.PROXIED}
     app.middlewares.append(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from compressors.changes import SYSTEM_PROMPT, Change, ChangeKind
 from compressors.pipeline import CompressionSettings
 from compressors.transcript import compress_transcript
 from compressors.transcript_grammar import CLOSE
@@ -35,7 +36,7 @@ from memory.catalog import MemoryCatalog
 from memory.checkpoint import Checkpoint, extract, extract_transcript
 from memory.files import LockTimeout
 from memory.in_process import LocalHistories
-from memory.injection import wrap
+from memory.injection import block_kinds, wrap
 from memory.interfaces import Histories, Originals
 from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
@@ -135,9 +136,13 @@ class CompactionReport:
     write_error: str | None = None
     outputs_compressed: int = 0
     prompt: str = "off"
+    changed: list[Change] = field(default_factory=list)
 
     def account(self, tally: Tally) -> None:
         tally.checkpoints += self.checkpoint is not None
+
+    def changes(self) -> list[Change]:
+        return self.changed
 
 
 def history_messages(conversation: Conversation) -> list[Any]:
@@ -179,10 +184,22 @@ class CompactionStage:
         mode = self.settings.compaction_prompt
         archive = report.checkpoint
         if mode == "augment":
-            changed = conversation.append_to_system(handoff_note(archive, len(history))) or changed
+            note = handoff_note(archive, len(history))
+            if conversation.append_to_system(note):
+                changed = True
+                report.changed.append(
+                    Change(
+                        ChangeKind.PROMPT_CHANGED,
+                        SYSTEM_PROMPT,
+                        0,
+                        len(note),
+                        note,
+                        blocks=block_kinds(note),
+                    )
+                )
             report.prompt = mode
         elif mode == "replace":
-            changed = self._replace_template(conversation, archive, len(history)) or changed
+            changed = self._replace_template(conversation, archive, len(history), report) or changed
             report.prompt = mode
         log.info(
             "compaction of session %s: %s",
@@ -269,13 +286,29 @@ class CompactionStage:
                     raise
                 if self.health is not None:
                     self.health.clear(STATE_WRITES)
+                report.changed.append(
+                    Change(
+                        ChangeKind.TRANSCRIPT_COMPRESSED,
+                        item.message,
+                        len(text),
+                        len(result.text),
+                        result.text,
+                        keys=tuple(result.originals),
+                        tokens_before=result.tokens_before,
+                        tokens_after=result.tokens_after,
+                    )
+                )
                 item.set_text(result.text)
                 report.outputs_compressed += result.compressed
                 changed = True
         return changed
 
     def _replace_template(
-        self, conversation: Conversation, archive: Path | None, messages: int
+        self,
+        conversation: Conversation,
+        archive: Path | None,
+        messages: int,
+        report: CompactionReport,
     ) -> bool:
         for item in reversed(conversation.items):
             if item.role is not Role.USER or item.kind is not Kind.TEXT:
@@ -290,7 +323,11 @@ class CompactionStage:
                     f"\nThe full history ({messages} messages) is archived at {archive}; "
                     "mention this path under Critical Context."
                 )
-            item.set_text(text[: end + len(CLOSE)] + "\n\n" + tail)
+            replaced = text[: end + len(CLOSE)] + "\n\n" + tail
+            report.changed.append(
+                Change(ChangeKind.PROMPT_CHANGED, item.message, len(text), len(replaced), tail)
+            )
+            item.set_text(replaced)
             return True
         return False
 

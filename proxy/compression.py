@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from compressors.changes import Change
 from compressors.pipeline import CompressionResult, CompressionSettings, compress
 from compressors.registry import DEFAULT_PROTECTED_TOOLS
 from compressors.view import Conversation
@@ -107,6 +108,9 @@ class CompressionReport:
             n for name, n in result.counters.items() if name.startswith("compressed:")
         )
         tally.compression_events += result.event is not None
+
+    def changes(self) -> list[Change]:
+        return self.result.changes
 
 
 @dataclass

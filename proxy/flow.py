@@ -4,15 +4,18 @@ A ``Flow`` carries what a request knows, from its arrival to its answer: the dia
 session and request kind (identified once, before any addon runs), the project (identified by
 the first addon when there is memory to serve), the body exactly as received, and what each
 addon did. Addons (``proxy/addons.py`` lists them, in order) have one hook, ``request``; what
-they did goes into the flow as a ``Report``, and a report has one method, ``account``, which
-adds its figures to a statistics tally. Nobody unpacks another addon's report.
+they did goes into the flow as a ``Report``: its ``account`` adds its figures to a statistics
+tally, its ``changes`` says what it changed, item by item (the dashboard's request view,
+``proxy.rewrites``). Nobody unpacks another addon's report.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from compressors.changes import Change
 from compressors.view import Conversation, Dialect
 from memory.project import Resolution
 from proxy.sessions import RequestKind, Tally
@@ -26,6 +29,9 @@ class Report(Protocol):
     def account(self, tally: Tally) -> None:
         """Add this request's figures to ``tally`` (a session's, the totals, or the
         request's own)."""
+
+    def changes(self) -> Sequence[Change]:
+        """What the addon changed in the request, one entry per changed item."""
 
 
 @dataclass(slots=True)
@@ -46,6 +52,10 @@ class Flow:
     def account(self, tally: Tally) -> None:
         for report in self.reports:
             report.account(tally)
+
+    def changes(self) -> list[Change]:
+        """Every addon's changes, in the order the addons ran."""
+        return [change for report in self.reports for change in report.changes()]
 
 
 class Addon(Protocol):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from compressors.tokens import estimate_tokens
+from compressors.changes import SYSTEM_PROMPT
 from compressors.view import Conversation
 from memory.catalog import MemoryCatalog
 from memory.injection_memo import Injected
@@ -95,6 +95,7 @@ class MemoryStage:
         users = conversation.user_messages()
         moment = Moment(conversation, flow, self.catalog.get(resolution.path), memo, users, report)
         changed = False
+        stable_is_new = memo.stable is None
         if memo.stable is None:
             self.memo.set_stable(session, compose(self._decide(moment))[0])
             # What is stored now (another process may have decided first), whichever copy
@@ -102,7 +103,8 @@ class MemoryStage:
             moment.memo = memo = self.memo.load(session)
         if memo.stable:
             changed = conversation.append_to_system(memo.stable)
-            report.injected_tokens += estimate_tokens(memo.stable) if changed else 0
+            if changed:
+                report.inject(SYSTEM_PROMPT, memo.stable, stable_is_new)
         if not users:
             return changed
         anchors = message_anchors(users)
@@ -126,11 +128,12 @@ class MemoryStage:
                 self.memo.add(session, anchors[k], Injected("", memo.turns))
         if fresh:
             memo = self.memo.load(session)  # what is stored now, as on every later request
+        decided_now = {anchors[k] for k in fresh}
         for (index, _), anchor in zip(users, anchors, strict=True):
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""
             if text and conversation.append_to_message(index, text):
-                report.injected_tokens += estimate_tokens(text)
+                report.inject(index, text, anchor in decided_now)
                 changed = True
         return changed
 

@@ -204,6 +204,7 @@ class RequestRecord:
     tokens_removed: int = 0  # by compression, of its tool outputs (estimated)
     tokens_injected: int = 0  # by memory blocks (estimated)
     price: ModelPrice | None = None  # of the model it named (this replica's records only)
+    rewrite_id: str | None = None  # its record in the replica's ``proxy.rewrites.RewriteLog``
 
     def as_dict(self) -> dict[str, Any]:
         shown = {
@@ -214,6 +215,7 @@ class RequestRecord:
             **self.tokens.as_dict(),
             "tokens_removed": self.tokens_removed,
             "tokens_injected": self.tokens_injected,
+            "rewrite_id": self.rewrite_id,
         }
         if self.price is not None:
             money = MoneyTally()
@@ -234,13 +236,16 @@ class RequestRecord:
             tokens.cached_out,
             self.tokens_removed,
             self.tokens_injected,
+            self.rewrite_id,
         ]
 
     @classmethod
     def from_row(cls, row: Sequence[Any], replica: str) -> RequestRecord:
-        at, kind, status, tokens_in, cached_in, tokens_out, cached_out, removed, injected = row
+        """A row of ``row``, or of an older version's (without the rewrite id)."""
+        at, kind, status, tokens_in, cached_in, tokens_out, cached_out, removed, injected = row[:9]
         tokens = StreamTokens(tokens_in, cached_in, tokens_out, cached_out)
-        return cls(at, kind, tokens, replica, status, removed, injected)
+        rewrite_id = row[9] if len(row) > 9 and isinstance(row[9], str) else None
+        return cls(at, kind, tokens, replica, status, removed, injected, rewrite_id=rewrite_id)
 
 
 @dataclass(slots=True)

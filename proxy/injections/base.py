@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from compressors.changes import Change, ChangeKind
+from compressors.tokens import estimate_tokens
 from memory.catalog import ProjectMemory
-from memory.injection import Line, wrap
+from memory.injection import Line, block_kinds, wrap
 from memory.injection_memo import SessionInjections
 from proxy.flow import Flow
 from proxy.health import Health
@@ -41,6 +43,29 @@ class MemoryReport:
     resumed: str = ""  # the tag of the checkpoint the new user message resumes, if any
     notes: list[str] = field(default_factory=list)
     injected_tokens: int = 0  # estimated tokens this request carries because of memory blocks
+    injected: list[Change] = field(default_factory=list)  # each message the blocks went to
+
+    def changes(self) -> list[Change]:
+        return self.injected
+
+    def inject(self, message: int, text: str, new: bool) -> None:
+        """Note ``text`` (memory blocks) added to wire message ``message`` (``new``: decided
+        in this request, not re-applied)."""
+        tokens = estimate_tokens(text)
+        self.injected_tokens += tokens
+        self.injected.append(
+            Change(
+                ChangeKind.MEMORY_INJECTED,
+                message,
+                0,
+                len(text),
+                text,
+                tokens_before=0,
+                tokens_after=tokens,
+                new=new,
+                blocks=block_kinds(text),
+            )
+        )
 
     def account(self, tally: Tally) -> None:
         tally.tokens_injected += self.injected_tokens
