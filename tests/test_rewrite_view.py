@@ -3,6 +3,7 @@ proxy and a fake upstream, its bounds, and the admin protection of its endpoint.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from proxy.rewrites import (
     build_record,
 )
 from proxy.sessions import RequestRecord
+from tests.test_dashboard import chromium_page, keep_artifact, png_size_and_colours
 from tests.test_memory_injection import make_project, system_prompt
 from tests.test_proxy_compression import numbered_file
 
@@ -264,3 +266,92 @@ def test_request_rows_carry_the_record_id_and_read_older_rows():
     assert record.rewrite_id == "ab-1" and record.row()[-1] == "ab-1"
     older = RequestRecord.from_row([1.0, "agent", 200, 10, 0, 8, 0, 2, 0], "r2")
     assert older.rewrite_id is None and older.as_dict()["rewrite_id"] is None
+
+
+# --- the request view in headless Chromium ----------------------------------------------------
+
+REQUEST_ROWS = "document.querySelectorAll('#requests tbody tr').length"
+VIEW_STATE = "document.getElementById('request-view').dataset.state"
+
+
+@pytest.mark.slow
+async def test_the_request_view_in_chromium(memory_proxy, upstream, client, tmp_path):
+    proxy, project = memory_proxy
+    messages = conversation(project)
+    await _post(client, proxy.url, messages)
+    sent = orjson.loads(upstream.requests[-1].body)["messages"]
+    async with chromium_page(tmp_path) as page:
+        await page.navigate(f"{proxy.url}/#session={SESSION}")
+        await page.wait_for(f"{REQUEST_ROWS} === 1")
+        assert await page.evaluate("document.getElementById('request-view').hidden")
+        await page.evaluate("document.querySelector('#requests tbody tr').click()")
+        await page.wait_for(f"{VIEW_STATE} === 'shown'")
+        assert "&request=" in await page.evaluate("location.hash")
+        kinds = await page.evaluate(
+            "[...document.querySelectorAll('#request-changes .change')].map(c => c.dataset.kind)"
+        )
+        assert sorted(set(kinds)) == [
+            "compressed",
+            "deduped",
+            "memory_injected",
+            "reasoning_dropped",
+        ]
+        shown = await page.evaluate(
+            """[...document.querySelectorAll('#request-changes .change')].map(c => [
+                c.dataset.kind, c.querySelector('.head').textContent,
+                (c.querySelector('pre.sent') || {}).textContent || null])"""
+        )
+        compressed = next(change for change in shown if change[0] == "compressed")
+        assert compressed[2] == sent[3]["content"]  # the marker and compressed text as sent
+        assert "message 3" in compressed[1] and "tool read" in compressed[1]
+        assert (
+            f"{len(messages[3]['content']):,} chars → {len(sent[3]['content']):,} chars"
+            in (compressed[1])
+        )
+        memory = next(change for change in shown if change[0] == "memory_injected")
+        assert "system prompt" in memory[1] and "project-memory" in memory[1]
+        assert memory[2] is not None and sent[0]["content"].endswith(memory[2])
+
+        # Expand: the original, fetched from /expand by the page, byte for byte.
+        change = "document.querySelector('.change[data-kind=compressed]')"
+        await page.evaluate(f"{change}.querySelector('a.expand').click()")
+        await page.wait_for(f"!!{change}.querySelector('pre.expanded')")
+        expanded = await page.evaluate(f"{change}.querySelector('pre.expanded').textContent")
+        assert expanded == messages[3]["content"]
+
+        # The view stays as it is while the page polls (the original stays expanded).
+        await asyncio.sleep(2.5)
+        assert await page.evaluate(f"!!{change}.querySelector('pre.expanded')")
+        await page.evaluate(
+            "document.getElementById('request-view').scrollIntoView({block: 'start'})"
+        )
+        shot = tmp_path / "dashboard-request.png"
+        data = await page.screenshot(shot)
+    width, height, colours = png_size_and_colours(data)
+    assert (width, height) == (1280, 900)
+    assert len(data) > 20_000 and colours > 16, "the screenshot looks blank"
+    keep_artifact(shot)
+
+
+@pytest.mark.slow
+async def test_the_request_view_says_where_a_record_is(memory_proxy, upstream, client, tmp_path):
+    proxy, project = memory_proxy
+    messages = conversation(project)
+    await _post(client, proxy.url, messages)
+    await _post(client, proxy.url, messages)
+    older, newer = proxy.state.sessions.get(SESSION).recent
+    older.replica = "replica-b"  # as if another replica had served it
+    proxy.state.rewrite_log._sessions.clear()  # the newer one's record gone (a restart)
+    async with chromium_page(tmp_path) as page:
+        await page.navigate(f"{proxy.url}/#session={SESSION}&request={older.rewrite_id}")
+        await page.wait_for(f"{VIEW_STATE} === 'missing'")
+        text = await page.evaluate("document.getElementById('request-changes').textContent")
+        assert "Replica replica-b served this request" in text
+        assert proxy.state.replica in text
+        await page.evaluate("document.querySelector('#requests tbody tr').click()")  # newest
+        await page.wait_for(
+            f"{VIEW_STATE} === 'missing' && document.getElementById('request-view')"
+            f".dataset.request === {orjson.dumps(newer.rewrite_id).decode()}"
+        )
+        text = await page.evaluate("document.getElementById('request-changes').textContent")
+        assert "no record of request" in text and "lost on restart" in text
