@@ -575,7 +575,7 @@ def _cut_old_calls(
         result.changes.append(
             Change(
                 ChangeKind.CALL_CUT,
-                item.message,
+                conversation.arrived_index(item.message),  # after reasoning items went
                 len(original),
                 len(decision.text),
                 decision.text,

@@ -91,6 +91,17 @@ class Conversation:
     body: JsonObject
     items: list[Item] = field(default_factory=list)
     last_user_message: int = -1
+    # Indices, as the client sent them, of the wire messages removed whole (Responses
+    # reasoning items), ascending: the messages after them are renumbered.
+    removed_messages: list[int] = field(default_factory=list)
+
+    def arrived_index(self, message: int) -> int:
+        """The index wire message ``message`` (of the body as it is now) had as it arrived."""
+        for removed in self.removed_messages:
+            if removed > message:
+                break
+            message += 1
+        return message
 
     @property
     def dialect(self) -> Dialect:

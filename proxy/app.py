@@ -318,7 +318,10 @@ def _prepare(
         state.settings.prices.lookup(model),
     )
     if session is not None:
-        record.rewrite_id = _keep_rewrite(state, result, dialect, model, len(raw))
+        try:
+            record.rewrite_id = _keep_rewrite(state, result, dialect, model, len(raw))
+        except Exception:  # the dashboard's record never stands in a request's way
+            log.exception("rewrite record not kept (session %s)", result.session_id)
     return result, session, record
 
 

@@ -133,7 +133,7 @@ class MemoryStage:
             injected = memo.by_anchor.get(anchor)
             text = injected.text if injected is not None else ""
             if text and conversation.append_to_message(index, text):
-                report.inject(index, text, anchor in decided_now)
+                report.inject(conversation.arrived_index(index), text, anchor in decided_now)
                 changed = True
         return changed
 

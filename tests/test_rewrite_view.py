@@ -14,7 +14,7 @@ import pytest
 
 from compressors.changes import SYSTEM_PROMPT, Change, ChangeKind
 from compressors.markers import marker_keys
-from memory.injection import TAG
+from memory.injection import RECALL_KIND, TAG
 from proxy.rewrites import (
     MAX_TEXT_CHARS,
     RewriteLog,
@@ -60,7 +60,7 @@ def conversation(project: Path) -> list[dict[str, Any]]:
         _call("call_2", "/repo/parser.py"),  # 4
         {"role": "tool", "tool_call_id": "call_2", "content": parser},  # 5
         {"role": "assistant", "content": "Fixed: the parser skipped the last token."},
-        {"role": "user", "content": "Now run the tests of the lexer."},  # 7
+        {"role": "user", "content": "The pytest run of the fixture loader fails randomly"},  # 7
         _call("call_3", "/repo/lexer.py"),
         {"role": "tool", "tool_call_id": "call_3", "content": numbered_file("lexer")},
     ]
@@ -153,6 +153,11 @@ async def test_the_record_shows_each_rewrite_and_its_original_expands(
     assert sent[0]["content"].startswith(messages[0]["content"])
     assert sent[0]["content"].endswith(stable["text"])
     assert stable["chars_after"] == len(stable["text"]) and stable["chars_before"] == 0
+    # The newest user message's recall hits (MEMORY.md's gotcha on the fixture loader).
+    recall = next(change for change in injected if change["message"] == 7)
+    assert recall["blocks"][0] == RECALL_KIND and "fixture loader breaks" in recall["text"]
+    assert sent[7]["content"].startswith(messages[7]["content"])
+    assert sent[7]["content"].endswith(recall["text"])
 
     # The same request again: the same rewrites, now re-applied (not decided anew).
     await _post(client, proxy.url, messages)
@@ -161,6 +166,19 @@ async def test_the_record_shows_each_rewrite_and_its_original_expands(
         (c["kind"], c["message"], c["text"]) for c in record["changes"]
     ]
     assert not any(c["new"] for c in again["changes"] if c["kind"] != "reasoning_dropped")
+
+
+async def test_a_failing_record_never_fails_the_request(proxy, upstream, client, monkeypatch):
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the record")
+
+    monkeypatch.setattr("proxy.app.build_record", broken)
+    messages = conversation(Path("/nowhere"))
+    await _post(client, proxy.url, messages)
+    sent = orjson.loads(upstream.requests[-1].body)["messages"]
+    assert sent[3]["content"].startswith("[deep-memory: ")  # rewritten all the same
+    [row] = await _recent(client, proxy.url)
+    assert row["rewrite_id"] is None and row["status"] == 200
 
 
 async def test_a_request_relayed_untouched_has_a_record_without_changes(proxy, upstream, client):

@@ -99,6 +99,9 @@ class OpenAIResponses:
         if not doomed:
             return 0
         kept = [i for i in range(len(entries)) if i not in doomed]
+        conversation.removed_messages = sorted(
+            [*conversation.removed_messages, *map(conversation.arrived_index, doomed)]
+        )
         entries[:] = [entries[i] for i in kept]
         renumber = {old: new for new, old in enumerate(kept)}
         conversation.items[:] = [item for item in conversation.items if item.message not in doomed]
