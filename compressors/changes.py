@@ -45,3 +45,23 @@ class Change:
     tokens_after: int | None = None
     new: bool = True  # decided in this request; False: re-applied as sent before
     blocks: tuple[str, ...] = ()  # the kinds of the memory blocks added
+
+    def capped(self, limit: int) -> Change:
+        """This change with at most ``limit`` characters of its text (built field by field:
+        ``dataclasses.replace`` costs five times as much, and records cap many)."""
+        if len(self.text) <= limit:
+            return self
+        return Change(
+            self.kind,
+            self.message,
+            self.chars_before,
+            self.chars_after,
+            self.text[:limit],
+            self.tool,
+            self.key,
+            self.keys,
+            self.tokens_before,
+            self.tokens_after,
+            self.new,
+            self.blocks,
+        )

@@ -39,9 +39,8 @@ CHANGE_OVERHEAD = 200  # bytes a change costs besides its text, about (object, d
 RECORD_OVERHEAD = 600
 
 
-def shown_change(change: Change) -> dict[str, Any]:
-    """A change as the record keeps it: JSON-ready, its text capped."""
-    text = change.text
+def shown_change(change: Change, text_chars: int) -> dict[str, Any]:
+    """A kept change as JSON (``text_chars``: the length of its text before it was capped)."""
     shown: dict[str, Any] = {
         "kind": str(change.kind),
         "message": change.message,
@@ -52,15 +51,21 @@ def shown_change(change: Change) -> dict[str, Any]:
         "tokens_after": change.tokens_after,
         "new": change.new,
         "key": change.key,
-        "text": text[:MAX_TEXT_CHARS],
-        "text_chars": len(text),
-        "text_truncated": len(text) > MAX_TEXT_CHARS,
+        "text": change.text,
+        "text_chars": text_chars,
+        "text_truncated": text_chars > len(change.text),
     }
     if change.keys:
         shown["keys"] = list(change.keys)
     if change.blocks:
         shown["blocks"] = list(change.blocks)
     return shown
+
+
+def _kept(change: Change) -> tuple[Change, int]:
+    """The change as a record keeps it: its text capped at ``MAX_TEXT_CHARS`` (most are
+    shorter, and kept as the very objects the addons made), and the text's length."""
+    return change.capped(MAX_TEXT_CHARS), len(change.text)
 
 
 @dataclass(slots=True)
@@ -79,7 +84,7 @@ class RewriteRecord:
     bytes_in: int = 0
     bytes_out: int = 0
     reason: str | None = None  # why it went untouched (relayed), or what failed (failed open)
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[tuple[Change, int]] = field(default_factory=list)  # ``_kept``
     changes_left_out: int = 0  # past MAX_CHANGES
     size: int = 0  # bytes it holds, about
 
@@ -97,7 +102,7 @@ class RewriteRecord:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "reason": self.reason,
-            "changes": self.changes,
+            "changes": [shown_change(change, length) for change, length in self.changes],
             "changes_left_out": self.changes_left_out,
         }
 
@@ -117,8 +122,8 @@ def build_record(
     bytes_out: int = 0,
     reason: str | None = None,
 ) -> RewriteRecord:
-    shown = [shown_change(change) for change in changes[:MAX_CHANGES]]
-    size = RECORD_OVERHEAD + sum(CHANGE_OVERHEAD + len(c["text"]) for c in shown)
+    kept = [_kept(change) for change in changes[:MAX_CHANGES]]
+    size = RECORD_OVERHEAD + sum(CHANGE_OVERHEAD + len(change.text) for change, _ in kept)
     return RewriteRecord(
         record_id,
         session_id,
@@ -132,7 +137,7 @@ def build_record(
         bytes_in,
         bytes_out,
         redact_text(reason) if reason else None,
-        shown,
+        kept,
         max(0, len(changes) - MAX_CHANGES),
         size,
     )

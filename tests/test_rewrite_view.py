@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ from proxy.rewrites import (
     build_record,
 )
 from proxy.sessions import RequestRecord
+from tests.test_compaction import compaction_body, transcript_of
 from tests.test_dashboard import chromium_page, keep_artifact, png_size_and_colours
 from tests.test_memory_injection import make_project, system_prompt
-from tests.test_proxy_compression import numbered_file
+from tests.test_proxy_compression import numbered_file, session_messages
 
 SESSION = "ses_rewrites"
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
@@ -168,6 +170,32 @@ async def test_the_record_shows_each_rewrite_and_its_original_expands(
     assert not any(c["new"] for c in again["changes"] if c["kind"] != "reasoning_dropped")
 
 
+async def test_a_compactions_record_shows_its_transcript_and_prompt(proxy, upstream, client):
+    body = compaction_body(transcript_of(session_messages(4)[1:]))
+    async with client.post(
+        proxy.url + "/v1/chat/completions",
+        data=orjson.dumps(body),
+        headers={"x-session-id": SESSION},
+    ) as response:
+        assert response.status == 200
+        await response.read()
+    sent = orjson.loads(upstream.requests[-1].body)["messages"]
+    [row] = await _recent(client, proxy.url)
+    record = await _record(client, proxy.url, row["rewrite_id"])
+    assert record["kind"] == "compaction"
+    transcript, prompt = record["changes"]
+    assert transcript["kind"] == "transcript_compressed" and transcript["message"] == 1
+    assert transcript["chars_before"] == len(body["messages"][1]["content"])
+    assert transcript["chars_after"] == len(sent[1]["content"])
+    assert sent[1]["content"].startswith(transcript["text"])  # capped at MAX_TEXT_CHARS
+    assert transcript["keys"] == marker_keys(sent[1]["content"])
+    for key in transcript["keys"]:
+        async with client.get(f"{proxy.url}/expand/ccr:{key}") as response:
+            assert (await response.text()) in body["messages"][1]["content"]
+    assert prompt["kind"] == "prompt_changed" and prompt["message"] == SYSTEM_PROMPT
+    assert prompt["blocks"] == ["handoff"] and sent[0]["content"].endswith(prompt["text"])
+
+
 async def test_a_failing_record_never_fails_the_request(proxy, upstream, client, monkeypatch):
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug in the record")
@@ -233,7 +261,7 @@ def _record_of(log: RewriteLog, session: str, text: str = "x", at: float | None 
 def test_a_change_text_is_capped():
     log = RewriteLog(retention_seconds=3600)
     record = _record_of(log, "s", "y" * (MAX_TEXT_CHARS * 3))
-    [change] = record.changes
+    [change] = record.as_dict()["changes"]
     assert len(change["text"]) == MAX_TEXT_CHARS and change["text_truncated"]
     assert change["text_chars"] == MAX_TEXT_CHARS * 3
     assert record.size < 2 * MAX_TEXT_CHARS  # what it holds, not what was forwarded
@@ -373,3 +401,24 @@ async def test_the_request_view_says_where_a_record_is(memory_proxy, upstream, c
         )
         text = await page.evaluate("document.getElementById('request-changes').textContent")
         assert "no record of request" in text and "lost on restart" in text
+
+
+def test_a_capped_change_keeps_every_other_field():
+    change = Change(
+        ChangeKind.TRANSCRIPT_COMPRESSED,
+        4,
+        90_000,
+        9_000,
+        "t" * 9_000,
+        "bash",
+        "b" * 24,
+        ("c" * 24,),
+        22_500,
+        2_250,
+        False,
+        ("handoff",),
+    )
+    capped = change.capped(100)
+    assert capped.text == "t" * 100 and change.text == "t" * 9_000
+    assert {**asdict(capped), "text": ""} == {**asdict(change), "text": ""}
+    assert change.capped(9_000) is change
