@@ -3,8 +3,8 @@
 No Docker engine is needed: the Dockerfile is parsed, and what its instructions run is
 replayed on this machine. A fresh virtual environment stands in for the image: the files the
 Dockerfile COPYs are staged into a build context of their own, installed with the same
-``pip install --no-cache-dir ".[semantic]"`` (non-editable), and the ENTRYPOINT and HEALTHCHECK commands
-are then run from that environment.
+``pip install --no-cache-dir ".[semantic]"`` (non-editable), and the ENTRYPOINT and
+HEALTHCHECK commands are then run from that environment.
 """
 
 from __future__ import annotations
