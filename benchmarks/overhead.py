@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,24 +72,28 @@ class Result:
         out: dict[str, object] = {
             "iterations": len(direct),
             "body_bytes": len(self.scenario.body),
-            "direct_p50": _ms(_pct(direct, 50)),
-            "direct_p95": _ms(_pct(direct, 95)),
-            "proxied_p50": _ms(_pct(proxied, 50)),
-            "proxied_p95": _ms(_pct(proxied, 95)),
-            "overhead_p50": _ms(_pct(proxied, 50) - _pct(direct, 50)),
-            "overhead_p95": _ms(_pct(proxied, 95) - _pct(direct, 95)),
-            "paired_median": _ms(statistics.median(paired)),
+            "direct_p50": to_ms(percentile(direct, 50)),
+            "direct_p95": to_ms(percentile(direct, 95)),
+            "proxied_p50": to_ms(percentile(proxied, 50)),
+            "proxied_p95": to_ms(percentile(proxied, 95)),
+            "overhead_p50": to_ms(percentile(proxied, 50) - percentile(direct, 50)),
+            "overhead_p95": to_ms(percentile(proxied, 95) - percentile(direct, 95)),
+            "paired_median": to_ms(statistics.median(paired)),
             "goal_p50_overhead": self.scenario.goal_ms,
         }
         out["pass"] = out["overhead_p50"] <= self.scenario.goal_ms  # type: ignore[operator]
         return out
 
 
-def _pct(values: list[int], q: int) -> float:
+def percentile(values: Sequence[float], q: int) -> float:
+    """The q-th percentile (inclusive method); a single value is every percentile of itself."""
+    if len(values) == 1:
+        return float(values[0])
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def _ms(ns: float) -> float:
+def to_ms(ns: float) -> float:
+    """Nanoseconds as milliseconds, to the microsecond."""
     return round(ns / 1e6, 3)
 
 
@@ -169,6 +173,13 @@ def children(
             *proxy_args,
         ],
     ]
+    with processes(commands) as procs:
+        yield procs
+
+
+@contextlib.contextmanager
+def processes(commands: Sequence[Sequence[str]]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Each command as a child process, started in order, ended in reverse order on exit."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for command in commands:
@@ -210,20 +221,32 @@ async def wait_ready(
 # ---------------------------------------------------------------- measurement
 
 
-async def timed(session: aiohttp.ClientSession, url: str, body: bytes, ttfb: bool) -> int:
+@dataclass(frozen=True)
+class Timing:
+    status: int
+    first_byte_ns: int  # to the first bytes of the body (of a stream: its first event)
+    total_ns: int  # to the end of the body
+
+
+async def fetch(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str] = HEADERS
+) -> Timing:
+    """POST ``body`` and read the whole answer, timing its first bytes and its end."""
     start = time.perf_counter_ns()
-    async with session.post(url, data=body, headers=HEADERS) as resp:
-        if ttfb:
-            await resp.content.readany()
-            elapsed = time.perf_counter_ns() - start
-            while await resp.content.readany():
-                pass
-        else:
-            await resp.read()
-            elapsed = time.perf_counter_ns() - start
-        if resp.status != 200:
-            raise SystemExit(f"{url}: HTTP {resp.status}")
-    return elapsed
+    async with session.post(url, data=body, headers=headers) as resp:
+        await resp.content.readany()
+        first_byte = time.perf_counter_ns() - start
+        while await resp.content.readany():
+            pass
+        total = time.perf_counter_ns() - start
+    return Timing(resp.status, first_byte, total)
+
+
+async def timed(session: aiohttp.ClientSession, url: str, body: bytes, ttfb: bool) -> int:
+    timing = await fetch(session, url, body)
+    if timing.status != 200:
+        raise SystemExit(f"{url}: HTTP {timing.status}")
+    return timing.first_byte_ns if ttfb else timing.total_ns
 
 
 async def measure(

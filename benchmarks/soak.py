@@ -68,7 +68,9 @@ def transcripts() -> list[dict[str, Any]]:
     return usable
 
 
-def session_requests(transcript: dict[str, Any], project: Path) -> Iterator[bytes]:
+def session_requests(
+    transcript: dict[str, Any], project: Path, stream: bool = True
+) -> Iterator[bytes]:
     """One body per assistant turn (the history before it), then the compaction."""
     messages = list(transcript["messages"])
     if messages and messages[0].get("role") == "system":
@@ -80,7 +82,7 @@ def session_requests(transcript: dict[str, Any], project: Path) -> Iterator[byte
     ]
     for index, message in enumerate(messages):
         if message.get("role") == "assistant" and index > 0:
-            body = {"model": "soak", "stream": True, "tools": tools, "messages": messages[:index]}
+            body = {"model": "soak", "stream": stream, "tools": tools, "messages": messages[:index]}
             yield orjson.dumps(body)
     lines = []
     for message in messages[1:]:
@@ -89,7 +91,7 @@ def session_requests(transcript: dict[str, Any], project: Path) -> Iterator[byte
         lines.append(f"[{message.get('role', '?').title()}]: {text}")
     compaction = {
         "model": "soak",
-        "stream": True,
+        "stream": stream,
         "messages": [
             {"role": "system", "content": SUMMARIZER},
             {

@@ -1,0 +1,419 @@
+"""Proxy overhead under concurrent sessions: deepmem against a plain pass-through control.
+
+Starts ``benchmarks/fake_provider.py``, ``python -m proxy serve`` and the evaluator's
+pass-through proxy (``passthrough_proxy.py``, the control: an aiohttp relay that changes
+nothing) as child processes, then replays ``--sessions`` corpus transcripts at once, each an
+agent session of its own (``x-session-id``): one request per assistant turn, the history
+before it, then the compaction (as ``benchmarks/soak.py`` replays them). Every request is sent
+direct to the fake provider, through the control and through deepmem, one after the other in
+an order that rotates, so the three see the same load.
+
+Overhead is the time through a proxy minus the time direct, at the same percentile; the ratio
+is deepmem's overhead over the control's, for all requests, for those over ~100K tokens and
+for the first request of each session. ``--stream`` asks for streamed answers and adds their
+time to first byte.
+
+    python -m benchmarks.concurrency                              # 50 sessions, whole
+    python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
+    python -m benchmarks.concurrency --sessions 5 --stream --json
+
+The control is ``../shared/eval/passthrough_proxy.py`` beside the repository, or
+``--control`` / ``DEEPMEM_CONTROL_PROXY``. A measuring script: it exits 0 whatever the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.overhead import (
+    HEADERS,
+    HERE,
+    LARGE_BODY_BYTES,
+    PATH,
+    Timing,
+    children,
+    fetch,
+    free_port,
+    percentile,
+    processes,
+    small_body,
+    to_ms,
+    wait_ready,
+)
+from benchmarks.soak import session_requests, transcripts
+
+CONTROL = Path(
+    os.environ.get(
+        "DEEPMEM_CONTROL_PROXY",
+        HERE.parents[1] / "shared" / "eval" / "passthrough_proxy.py",
+    )
+)
+TARGETS = ("direct", "control", "deepmem")
+PROXIES = ("control", "deepmem")
+# Goals of issue 16 on deepmem's overhead over the control's, by bucket and percentile.
+GOALS: dict[str, dict[str, float]] = {"all": {"p50": 1.5, "p95": 2.0}, "large": {"p50": 2.0}}
+BUCKETS = {
+    "all": "all requests",
+    "large": f"over {LARGE_BODY_BYTES // 1000} KB",
+    "first": "first of a session",
+}
+WARMUP_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request, sent to each target."""
+
+    session: int
+    index: int  # its place in the session
+    body_bytes: int
+    timings: dict[str, Timing]
+
+
+@dataclass
+class Run:
+    samples: list[Sample] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TARGETS, 0))
+    wall_s: float = 0.0
+
+
+def spread(count: int, limit: int | None) -> list[int]:
+    """``limit`` indexes out of ``count``, evenly spaced with the first and the last among them,
+    so a shortened session still grows to its largest requests."""
+    if limit is None or limit >= count:
+        return list(range(count))
+    if limit <= 1:
+        return [0][:limit]
+    return [round(i * (count - 1) / (limit - 1)) for i in range(limit)]
+
+
+def session_bodies(
+    corpus: list[dict[str, Any]], project: Path, limit: int | None, stream: bool
+) -> list[list[bytes]]:
+    """The request bodies of each transcript, built before the clock starts."""
+    bodies = []
+    for transcript in corpus:
+        every = list(session_requests(transcript, project, stream=stream))
+        bodies.append([every[i] for i in spread(len(every), limit)])
+    return bodies
+
+
+async def send(
+    client: aiohttp.ClientSession, url: str, body: bytes, session_id: str
+) -> Timing | None:
+    try:
+        timing = await fetch(client, url, body, {**HEADERS, "x-session-id": session_id})
+    except (TimeoutError, aiohttp.ClientError):
+        return None
+    return timing if timing.status == 200 else None
+
+
+async def replay_session(
+    client: aiohttp.ClientSession,
+    urls: dict[str, str],
+    session: int,
+    bodies: list[bytes],
+    run: Run,
+) -> None:
+    session_id = f"concurrency-{session}-{time.time_ns()}"
+    for index, body in enumerate(bodies):
+        shift = (session + index) % len(TARGETS)
+        order = TARGETS[shift:] + TARGETS[:shift]
+        timings: dict[str, Timing] = {}
+        for target in order:
+            timing = await send(client, urls[target], body, session_id)
+            if timing is None:
+                run.errors[target] += 1
+            else:
+                timings[target] = timing
+        if len(timings) == len(TARGETS):
+            run.samples.append(Sample(session, index, len(body), timings))
+
+
+async def warm_up(
+    client: aiohttp.ClientSession, urls: dict[str, str], largest: bytes, stream: bool
+) -> None:
+    """A few requests to each target, and the run's largest, so no process counts its
+    start-up against the run."""
+    for body in [small_body(stream)] * WARMUP_ROUNDS + [largest]:
+        for target in TARGETS:
+            await send(client, urls[target], body, "concurrency-warm-up")
+
+
+async def run(sessions: int, limit: int | None, stream: bool, control: Path) -> Run:
+    corpus = transcripts()
+    upstream_port, proxy_port, control_port = free_port(), free_port(), free_port()
+    urls = {
+        "direct": f"http://127.0.0.1:{upstream_port}",
+        "control": f"http://127.0.0.1:{control_port}",
+        "deepmem": f"http://127.0.0.1:{proxy_port}",
+    }
+    control_command = [
+        sys.executable, str(control), "--port", str(control_port), "--upstream", urls["direct"]
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="deepmem-concurrency-") as tmp:
+        root = Path(tmp)
+        data_dir, project = root / "data", root / "project"
+        project.mkdir()
+        bodies = session_bodies(corpus, project, limit, stream)
+        with (
+            children(upstream_port, proxy_port, str(data_dir), ["--allowed-roots", str(root)]) as (
+                upstream,
+                proxy,
+            ),
+            processes([control_command]) as (relay,),
+        ):
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+            timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
+                for target, proc in zip(TARGETS, (upstream, relay, proxy), strict=True):
+                    await wait_ready(client, urls[target] + "/health", proc)
+                largest = max(itertools.chain.from_iterable(bodies), key=len)
+                await warm_up(client, {t: u + PATH for t, u in urls.items()}, largest, stream)
+                result = Run()
+                started = time.perf_counter()
+                await asyncio.gather(
+                    *(
+                        replay_session(
+                            client,
+                            {t: u + PATH for t, u in urls.items()},
+                            session,
+                            bodies[session % len(bodies)],
+                            result,
+                        )
+                        for session in range(sessions)
+                    )
+                )
+                result.wall_s = time.perf_counter() - started
+    return result
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _ms_at(values: list[int], q: int) -> float:
+    return to_ms(percentile(values, q))
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    """None when the denominator is no overhead at all (noise can make it zero or less)."""
+    return round(numerator / denominator, 2) if denominator > 0 else None
+
+
+def bucket_summary(samples: list[Sample], stream: bool) -> dict[str, Any]:
+    """Percentiles of each target, each proxy's overhead over direct and deepmem/control."""
+    out: dict[str, Any] = {"requests": len(samples)}
+    if not samples:
+        return out
+    out["body_bytes_p50"] = round(statistics.median(s.body_bytes for s in samples))
+
+    def totals(target: str) -> list[int]:
+        return [s.timings[target].total_ns for s in samples]
+
+    def first_bytes(target: str) -> list[int]:
+        return [s.timings[target].first_byte_ns for s in samples]
+
+    direct = totals("direct")
+    out["direct"] = {"p50": _ms_at(direct, 50), "p95": _ms_at(direct, 95)}
+    if stream:
+        out["direct"] |= {
+            "ttfb_p50": _ms_at(first_bytes("direct"), 50),
+            "ttfb_p95": _ms_at(first_bytes("direct"), 95),
+        }
+    for proxy in PROXIES:
+        through = totals(proxy)
+        paired = [p - d for p, d in zip(through, direct, strict=True)]
+        figures: dict[str, float] = {
+            "p50": _ms_at(through, 50),
+            "p95": _ms_at(through, 95),
+            "overhead_p50": to_ms(percentile(through, 50) - percentile(direct, 50)),
+            "overhead_p95": to_ms(percentile(through, 95) - percentile(direct, 95)),
+            "paired_median": to_ms(statistics.median(paired)),
+        }
+        if stream:
+            figures |= {
+                "ttfb_p50": _ms_at(first_bytes(proxy), 50),
+                "ttfb_p95": _ms_at(first_bytes(proxy), 95),
+            }
+        out[proxy] = figures
+    control, deepmem = out["control"], out["deepmem"]
+    out["ratio"] = {
+        "p50": _ratio(deepmem["overhead_p50"], control["overhead_p50"]),
+        "p95": _ratio(deepmem["overhead_p95"], control["overhead_p95"]),
+    }
+    if stream:
+        for q in ("ttfb_p50", "ttfb_p95"):
+            out["ratio"][q] = _ratio(deepmem[q] - out["direct"][q], control[q] - out["direct"][q])
+            out["ratio"][f"{q}_over_direct"] = _ratio(deepmem[q], out["direct"][q])
+    return out
+
+
+def summary(result: Run, stream: bool) -> dict[str, Any]:
+    members = {
+        "all": result.samples,
+        "large": [s for s in result.samples if s.body_bytes > LARGE_BODY_BYTES],
+        "first": [s for s in result.samples if s.index == 0],
+    }
+    buckets = {}
+    for name, samples in members.items():
+        figures = bucket_summary(samples, stream)
+        goals = GOALS.get(name, {})
+        if goals and "ratio" in figures:
+            figures["goals"] = goals
+            figures["meets_goals"] = all(
+                figures["ratio"][q] is not None and figures["ratio"][q] <= goal
+                for q, goal in goals.items()
+            )
+        buckets[name] = figures
+    return buckets
+
+
+def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
+    print(
+        f"deepmem under {meta['sessions']} concurrent sessions: {meta['python']}, "
+        f"aiohttp {meta['aiohttp']}, {meta['cpus']} CPUs, loopback, "
+        f"{'streamed' if meta['stream'] else 'non-streamed'} chat requests"
+    )
+    errors = ", ".join(f"{t} {n}" for t, n in meta["errors"].items() if n) or "none"
+    print(
+        f"{meta['requests']} requests to each of direct, control and deepmem in "
+        f"{meta['wall_s']:.1f} s: {meta['requests_per_s']:.1f} requests/s each, "
+        f"{meta['http_requests_per_s']:.1f} HTTP requests/s in all; failed: {errors}"
+    )
+    print(
+        "times in ms; overhead = proxy p - direct p at the same percentile; "
+        "ratio = deepmem overhead / control overhead"
+    )
+    header = (
+        f"{'requests':<20}{'n':>6}{'direct p50':>11}{'p95':>9}"
+        f"{'control ovh p50':>17}{'p95':>9}{'deepmem ovh p50':>17}{'p95':>9}"
+        f"{'ratio p50':>11}{'p95':>8}  goals"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, label in BUCKETS.items():
+        b = buckets[name]
+        if not b["requests"]:
+            print(f"{label:<20}{0:>6}")
+            continue
+        goals = b.get("goals", {})
+        verdict = ""
+        if goals:
+            wanted = ", ".join(f"{q} <= {g:g}" for q, g in goals.items())
+            verdict = f"{wanted}: {'ok' if b['meets_goals'] else 'MISSED'}"
+        print(
+            f"{label:<20}{b['requests']:>6}{b['direct']['p50']:>11.2f}{b['direct']['p95']:>9.2f}"
+            f"{b['control']['overhead_p50']:>17.2f}{b['control']['overhead_p95']:>9.2f}"
+            f"{b['deepmem']['overhead_p50']:>17.2f}{b['deepmem']['overhead_p95']:>9.2f}"
+            f"{_fmt(b['ratio']['p50']):>11}{_fmt(b['ratio']['p95']):>8}  {verdict}"
+        )
+    if not meta["stream"]:
+        return
+    print("\ntime to first byte of the streamed answer, ms (p50 / p95)")
+    header = (
+        f"{'requests':<20}{'n':>6}{'direct':>20}{'control':>20}{'deepmem':>20}"
+        f"{'ratio (ovh)':>20}{'deepmem/direct':>20}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, label in BUCKETS.items():
+        b = buckets[name]
+        if not b["requests"]:
+            continue
+        cells = [f"{b[t]['ttfb_p50']:.2f} / {b[t]['ttfb_p95']:.2f}" for t in ("direct", *PROXIES)]
+        ratio = b["ratio"]
+        over_control = f"{_fmt(ratio['ttfb_p50'])} / {_fmt(ratio['ttfb_p95'])}"
+        over_direct = (
+            f"{_fmt(ratio['ttfb_p50_over_direct'])} / {_fmt(ratio['ttfb_p95_over_direct'])}"
+        )
+        print(
+            f"{label:<20}{b['requests']:>6}{''.join(f'{c:>20}' for c in cells)}"
+            f"{over_control:>20}{over_direct:>20}"
+        )
+
+
+def _fmt(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=50, help="sessions replayed at once")
+    parser.add_argument(
+        "--limit-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N requests a session, evenly spaced over it (its first and last among "
+        "them, so the large late requests stay); default: every request",
+    )
+    parser.add_argument(
+        "--stream", action="store_true", help="ask for streamed answers; adds time to first byte"
+    )
+    parser.add_argument(
+        "--control",
+        type=Path,
+        default=CONTROL,
+        help="the pass-through proxy to compare with (default: %(default)s; "
+        "env DEEPMEM_CONTROL_PROXY)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    if not args.control.is_file():
+        parser.error(
+            f"the control proxy {args.control} does not exist: give the evaluator's "
+            "passthrough_proxy.py with --control or DEEPMEM_CONTROL_PROXY"
+        )
+    if args.sessions < 1 or (args.limit_requests is not None and args.limit_requests < 1):
+        parser.error("--sessions and --limit-requests take a positive number")
+    # SIGTERM unwinds like Ctrl-C, so the children are ended either way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        result = asyncio.run(run(args.sessions, args.limit_requests, args.stream, args.control))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    requests = len(result.samples)
+    meta: dict[str, Any] = {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "aiohttp": aiohttp.__version__,
+        "cpus": os.cpu_count(),
+        "sessions": args.sessions,
+        "limit_requests": args.limit_requests,
+        "stream": args.stream,
+        "control": str(args.control),
+        "large_body_bytes": LARGE_BODY_BYTES,
+        "requests": requests,
+        "errors": result.errors,
+        "wall_s": round(result.wall_s, 3),
+        "requests_per_s": round(requests / result.wall_s, 2) if result.wall_s else 0.0,
+        "http_requests_per_s": (
+            round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0
+        ),
+    }
+    buckets = summary(result, args.stream)
+    if args.json:
+        print(json.dumps({"meta": meta, "unit": "ms", "buckets": buckets}, indent=2))
+    else:
+        print_table(buckets, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""benchmarks/concurrency.py: sessions replayed at once through deepmem and the control."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from benchmarks.concurrency import (
+    CONTROL,
+    TARGETS,
+    Run,
+    Sample,
+    bucket_summary,
+    spread,
+    summary,
+)
+from benchmarks.overhead import Timing
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not CONTROL.is_file(), reason=f"no control proxy at {CONTROL}")
+
+
+def transcript(tool_output: str) -> dict[str, Any]:
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    return {
+        "messages": [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Look at the logs."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": tool_output},
+            {"role": "assistant", "content": "They are long."},
+            {"role": "user", "content": "Thanks."},
+            {"role": "assistant", "content": "You are welcome."},
+        ]
+    }
+
+
+def run_benchmark(corpus: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.concurrency", *args],
+        cwd=ROOT,
+        env={**os.environ, "DEEPMEM_CORPUS": str(corpus)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> None:
+    # Four requests a session (three turns and the compaction), of which the first, the third
+    # and the last are sent; in the big transcript the last two are over 400 KB.
+    (tmp_path / "a-big.json").write_bytes(orjson.dumps(transcript("log line\n" * 50_000)))
+    (tmp_path / "b-small.json").write_bytes(orjson.dumps(transcript("two lines\n")))
+    done = run_benchmark(tmp_path, "--sessions", "3", "--limit-requests", "3", "--stream", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    meta, buckets = report["meta"], report["buckets"]
+    assert meta["sessions"] == 3 and meta["limit_requests"] == 3 and meta["stream"] is True
+    assert meta["requests"] == 9 and meta["errors"] == dict.fromkeys(TARGETS, 0)
+    assert meta["requests_per_s"] > 0 and meta["http_requests_per_s"] > meta["requests_per_s"]
+    # sessions 0 and 2 replay the big transcript, session 1 the small one
+    assert {name: b["requests"] for name, b in buckets.items()} == {
+        "all": 9,
+        "large": 4,
+        "first": 3,
+    }
+    for bucket in buckets.values():
+        assert set(bucket["direct"]) == {"p50", "p95", "ttfb_p50", "ttfb_p95"}
+        for proxy in ("control", "deepmem"):
+            assert set(bucket[proxy]) == {
+                "p50",
+                "p95",
+                "overhead_p50",
+                "overhead_p95",
+                "paired_median",
+                "ttfb_p50",
+                "ttfb_p95",
+            }
+            assert bucket[proxy]["p50"] > 0
+        assert set(bucket["ratio"]) == {
+            "p50",
+            "p95",
+            "ttfb_p50",
+            "ttfb_p95",
+            "ttfb_p50_over_direct",
+            "ttfb_p95_over_direct",
+        }
+    assert buckets["all"]["goals"] == {"p50": 1.5, "p95": 2.0}
+    assert buckets["large"]["goals"] == {"p50": 2.0}
+    assert isinstance(buckets["all"]["meets_goals"], bool) and "goals" not in buckets["first"]
+    table = run_benchmark(tmp_path, "--sessions", "2", "--limit-requests", "1")
+    assert table.returncode == 0, table.stderr
+    assert "deepmem under 2 concurrent sessions" in table.stdout
+    assert "first of a session" in table.stdout and "first byte" not in table.stdout
+
+
+def test_a_missing_control_is_refused_by_name(tmp_path: Path) -> None:
+    done = run_benchmark(tmp_path, "--control", str(tmp_path / "nowhere.py"))
+    assert done.returncode == 2
+    assert f"the control proxy {tmp_path / 'nowhere.py'} does not exist" in done.stderr
+
+
+def test_spread_keeps_the_first_and_last_requests_evenly_spaced() -> None:
+    assert spread(10, None) == list(range(10))
+    assert spread(3, 5) == [0, 1, 2]
+    assert spread(9, 3) == [0, 4, 8]
+    assert spread(100, 20)[:3] == [0, 5, 10] and spread(100, 20)[-1] == 99
+    assert spread(7, 1) == [0]
+
+
+def sample(index: int, body_bytes: int, direct: int, control: int, deepmem: int) -> Sample:
+    ms = 1_000_000
+    timings = {
+        target: Timing(200, first_byte_ns=elapsed * ms // 2, total_ns=elapsed * ms)
+        for target, elapsed in zip(TARGETS, (direct, control, deepmem), strict=True)
+    }
+    return Sample(0, index, body_bytes, timings)
+
+
+def test_ratio_is_deepmem_overhead_over_control_overhead() -> None:
+    samples = [sample(i, 1000, direct=10, control=11, deepmem=13) for i in range(5)]
+    figures = bucket_summary(samples, stream=True)
+    assert figures["control"]["overhead_p50"] == 1.0 and figures["deepmem"]["overhead_p50"] == 3.0
+    assert figures["deepmem"]["paired_median"] == 3.0
+    assert figures["ratio"]["p50"] == 3.0 and figures["ratio"]["p95"] == 3.0
+    assert figures["ratio"]["ttfb_p50"] == 3.0  # (6.5 - 5) / (5.5 - 5)
+    assert figures["ratio"]["ttfb_p50_over_direct"] == 1.3  # 6.5 / 5
+    # a control no slower than direct has no overhead to divide by
+    assert bucket_summary([sample(0, 1, 10, 10, 12)], stream=False)["ratio"]["p50"] is None
+
+
+def test_buckets_split_large_and_first_requests_and_judge_the_goals() -> None:
+    samples = [
+        sample(0, 1_000, direct=10, control=12, deepmem=13),  # ratio 1.5
+        sample(1, 500_000, direct=20, control=22, deepmem=27),  # ratio 3.5
+    ]
+    buckets = summary(Run(samples=samples), stream=False)
+    assert [buckets[n]["requests"] for n in ("all", "large", "first")] == [2, 1, 1]
+    assert buckets["first"]["ratio"]["p50"] == 1.5 and "goals" not in buckets["first"]
+    assert buckets["large"]["ratio"]["p50"] == 3.5 and buckets["large"]["meets_goals"] is False
+    assert buckets["all"]["requests"] == 2
