@@ -11,7 +11,9 @@ an order that rotates, so the three see the same load.
 Overhead is the time through a proxy minus the time direct, at the same percentile; the ratio
 is deepmem's overhead over the control's, for all requests, for those over ~100K tokens and
 for the first request of each session. ``--stream`` asks for streamed answers and adds their
-time to first byte.
+time to first byte; ``--dialect anthropic|responses`` sends the sessions in that wire format
+(``proxy/replay_wire.py``). A line of deepmem's own totals (fail-opens, tokens removed) shows
+it did its work rather than relay.
 
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
@@ -45,18 +47,18 @@ from benchmarks.overhead import (
     HEADERS,
     HERE,
     LARGE_BODY_BYTES,
-    PATH,
     Timing,
     children,
     fetch,
     free_port,
     percentile,
     processes,
-    small_body,
     to_ms,
     wait_ready,
 )
 from benchmarks.soak import session_requests, transcripts
+from compressors.wire import FORMATS
+from proxy.replay_wire import DIALECTS
 
 CONTROL = Path(
     os.environ.get(
@@ -86,11 +88,39 @@ class Sample:
     timings: dict[str, Timing]
 
 
+@dataclass(frozen=True)
+class Setup:
+    sessions: int
+    limit: int | None  # requests a session
+    stream: bool
+    dialect: str  # a key of proxy.replay_wire.DIALECTS
+    control: Path
+
+    @property
+    def path(self) -> str:
+        return "/v1" + FORMATS[DIALECTS[self.dialect]].path_suffix
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return (
+            {**HEADERS, "anthropic-version": "2023-06-01"}
+            if self.dialect == "anthropic"
+            else HEADERS
+        )
+
+
 @dataclass
 class Run:
     samples: list[Sample] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TARGETS, 0))
+    session_s: list[float] = field(default_factory=list)  # how long each session took
     wall_s: float = 0.0
+    deepmem: dict[str, int] = field(default_factory=dict)  # what deepmem did, from its /stats
+
+    @property
+    def mean_sessions_active(self) -> float:
+        """Sessions in flight, on average over the run (fewer than all once short ones end)."""
+        return sum(self.session_s) / self.wall_s if self.wall_s else 0.0
 
 
 def spread(count: int, limit: int | None) -> list[int]:
@@ -103,22 +133,20 @@ def spread(count: int, limit: int | None) -> list[int]:
     return [round(i * (count - 1) / (limit - 1)) for i in range(limit)]
 
 
-def session_bodies(
-    corpus: list[dict[str, Any]], project: Path, limit: int | None, stream: bool
-) -> list[list[bytes]]:
+def session_bodies(corpus: list[dict[str, Any]], project: Path, setup: Setup) -> list[list[bytes]]:
     """The request bodies of each transcript, built before the clock starts."""
     bodies = []
     for transcript in corpus:
-        every = list(session_requests(transcript, project, stream=stream))
-        bodies.append([every[i] for i in spread(len(every), limit)])
+        every = list(session_requests(transcript, project, setup.stream, setup.dialect))
+        bodies.append([every[i] for i in spread(len(every), setup.limit)])
     return bodies
 
 
 async def send(
-    client: aiohttp.ClientSession, url: str, body: bytes, session_id: str
+    client: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
 ) -> Timing | None:
     try:
-        timing = await fetch(client, url, body, {**HEADERS, "x-session-id": session_id})
+        timing = await fetch(client, url, body, headers)
     except (TimeoutError, aiohttp.ClientError):
         return None
     return timing if timing.status == 200 else None
@@ -127,51 +155,60 @@ async def send(
 async def replay_session(
     client: aiohttp.ClientSession,
     urls: dict[str, str],
+    headers: dict[str, str],
     session: int,
     bodies: list[bytes],
     run: Run,
 ) -> None:
-    session_id = f"concurrency-{session}-{time.time_ns()}"
+    headers = {**headers, "x-session-id": f"concurrency-{session}-{time.time_ns()}"}
+    started = time.perf_counter()
     for index, body in enumerate(bodies):
         shift = (session + index) % len(TARGETS)
         order = TARGETS[shift:] + TARGETS[:shift]
         timings: dict[str, Timing] = {}
         for target in order:
-            timing = await send(client, urls[target], body, session_id)
+            timing = await send(client, urls[target], body, headers)
             if timing is None:
                 run.errors[target] += 1
             else:
                 timings[target] = timing
         if len(timings) == len(TARGETS):
             run.samples.append(Sample(session, index, len(body), timings))
+    run.session_s.append(time.perf_counter() - started)
 
 
 async def warm_up(
-    client: aiohttp.ClientSession, urls: dict[str, str], largest: bytes, stream: bool
+    client: aiohttp.ClientSession,
+    urls: dict[str, str],
+    headers: dict[str, str],
+    bodies: list[bytes],
 ) -> None:
-    """A few requests to each target, and the run's largest, so no process counts its
-    start-up against the run."""
-    for body in [small_body(stream)] * WARMUP_ROUNDS + [largest]:
+    """The run's smallest request a few times and its largest once, to each target, so no
+    process counts its start-up against the run."""
+    headers = {**headers, "x-session-id": "concurrency-warm-up"}
+    for body in [min(bodies, key=len)] * WARMUP_ROUNDS + [max(bodies, key=len)]:
         for target in TARGETS:
-            await send(client, urls[target], body, "concurrency-warm-up")
+            await send(client, urls[target], body, headers)
 
 
-async def run(sessions: int, limit: int | None, stream: bool, control: Path) -> Run:
+async def run(setup: Setup) -> Run:
     corpus = transcripts()
     upstream_port, proxy_port, control_port = free_port(), free_port(), free_port()
-    urls = {
+    origins = {
         "direct": f"http://127.0.0.1:{upstream_port}",
         "control": f"http://127.0.0.1:{control_port}",
         "deepmem": f"http://127.0.0.1:{proxy_port}",
     }
+    urls = {target: origin + setup.path for target, origin in origins.items()}
     control_command = [
-        sys.executable, str(control), "--port", str(control_port), "--upstream", urls["direct"]
+        sys.executable, str(setup.control), "--port", str(control_port),
+        "--upstream", origins["direct"],
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="deepmem-concurrency-") as tmp:
         root = Path(tmp)
         data_dir, project = root / "data", root / "project"
         project.mkdir()
-        bodies = session_bodies(corpus, project, limit, stream)
+        bodies = session_bodies(corpus, project, setup)
         with (
             children(upstream_port, proxy_port, str(data_dir), ["--allowed-roots", str(root)]) as (
                 upstream,
@@ -183,25 +220,41 @@ async def run(sessions: int, limit: int | None, stream: bool, control: Path) -> 
             timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
             async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
                 for target, proc in zip(TARGETS, (upstream, relay, proxy), strict=True):
-                    await wait_ready(client, urls[target] + "/health", proc)
-                largest = max(itertools.chain.from_iterable(bodies), key=len)
-                await warm_up(client, {t: u + PATH for t, u in urls.items()}, largest, stream)
+                    await wait_ready(client, origins[target] + "/health", proc)
+                await warm_up(
+                    client, urls, setup.headers, list(itertools.chain.from_iterable(bodies))
+                )
                 result = Run()
                 started = time.perf_counter()
                 await asyncio.gather(
                     *(
                         replay_session(
                             client,
-                            {t: u + PATH for t, u in urls.items()},
+                            urls,
+                            setup.headers,
                             session,
                             bodies[session % len(bodies)],
                             result,
                         )
-                        for session in range(sessions)
+                        for session in range(setup.sessions)
                     )
                 )
                 result.wall_s = time.perf_counter() - started
+                result.deepmem = await deepmem_totals(client, origins["deepmem"])
     return result
+
+
+async def deepmem_totals(client: aiohttp.ClientSession, origin: str) -> dict[str, int]:
+    """Whether deepmem did its work rather than relay (fail open): a few of its /stats totals."""
+    async with client.get(origin + "/stats") as response:
+        totals = (await response.json())["totals"]
+    return {
+        "requests": totals["requests"],
+        "errors": totals["errors"],
+        "fail_opens": totals["fail_opens"],
+        "answers_read": totals["usage_seen"]["responses"],
+        "tokens_removed": totals["compression"]["tokens_removed"],
+    }
 
 
 # ---------------------------------------------------------------- figures
@@ -288,13 +341,18 @@ def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
     print(
         f"deepmem under {meta['sessions']} concurrent sessions: {meta['python']}, "
         f"aiohttp {meta['aiohttp']}, {meta['cpus']} CPUs, loopback, "
-        f"{'streamed' if meta['stream'] else 'non-streamed'} chat requests"
+        f"{'streamed' if meta['stream'] else 'non-streamed'} {meta['dialect']} requests"
     )
     errors = ", ".join(f"{t} {n}" for t, n in meta["errors"].items() if n) or "none"
     print(
         f"{meta['requests']} requests to each of direct, control and deepmem in "
         f"{meta['wall_s']:.1f} s: {meta['requests_per_s']:.1f} requests/s each, "
-        f"{meta['http_requests_per_s']:.1f} HTTP requests/s in all; failed: {errors}"
+        f"{meta['http_requests_per_s']:.1f} HTTP requests/s in all; failed: {errors}; "
+        f"{meta['mean_sessions_active']:g} sessions in flight on average"
+    )
+    print(
+        "deepmem (warm-up included): "
+        + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in meta["deepmem"].items())
     )
     print(
         "times in ms; overhead = proxy p - direct p at the same percentile; "
@@ -367,6 +425,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stream", action="store_true", help="ask for streamed answers; adds time to first byte"
     )
     parser.add_argument(
+        "--dialect",
+        choices=tuple(DIALECTS),
+        default="chat",
+        help="the wire format the sessions speak (default: %(default)s)",
+    )
+    parser.add_argument(
         "--control",
         type=Path,
         default=CONTROL,
@@ -385,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the children are ended either way.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        result = asyncio.run(run(args.sessions, args.limit_requests, args.stream, args.control))
+        setup = Setup(args.sessions, args.limit_requests, args.stream, args.dialect, args.control)
+        result = asyncio.run(run(setup))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -397,11 +462,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sessions": args.sessions,
         "limit_requests": args.limit_requests,
         "stream": args.stream,
+        "dialect": args.dialect,
         "control": str(args.control),
         "large_body_bytes": LARGE_BODY_BYTES,
         "requests": requests,
         "errors": result.errors,
         "wall_s": round(result.wall_s, 3),
+        "mean_sessions_active": round(result.mean_sessions_active, 1),
+        "deepmem": result.deepmem,
         "requests_per_s": round(requests / result.wall_s, 2) if result.wall_s else 0.0,
         "http_requests_per_s": (
             round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0

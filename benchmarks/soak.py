@@ -33,6 +33,7 @@ import aiohttp
 import orjson
 
 from benchmarks.overhead import CORPUS, children, free_port, wait_ready
+from proxy.replay_wire import request_body
 
 PATH = "/v1/chat/completions"
 DB_FILES = ("deepmem.sqlite3", "deepmem.sqlite3-wal", "deepmem.sqlite3-shm")
@@ -69,9 +70,16 @@ def transcripts() -> list[dict[str, Any]]:
 
 
 def session_requests(
-    transcript: dict[str, Any], project: Path, stream: bool = True
+    transcript: dict[str, Any], project: Path, stream: bool = True, dialect: str = "chat"
 ) -> Iterator[bytes]:
-    """One body per assistant turn (the history before it), then the compaction."""
+    """One body per assistant turn (the history before it), then the compaction, in the wire
+    format of ``dialect`` (a key of ``proxy.replay_wire.DIALECTS``)."""
+
+    def wire(history: list[dict[str, Any]], tools: list[dict[str, Any]]) -> bytes:
+        return orjson.dumps(
+            request_body(dialect, history, tools) | {"model": "soak", "stream": stream}
+        )
+
     messages = list(transcript["messages"])
     if messages and messages[0].get("role") == "system":
         system = dict(messages[0])
@@ -82,27 +90,22 @@ def session_requests(
     ]
     for index, message in enumerate(messages):
         if message.get("role") == "assistant" and index > 0:
-            body = {"model": "soak", "stream": stream, "tools": tools, "messages": messages[:index]}
-            yield orjson.dumps(body)
+            yield wire(messages[:index], tools)
     lines = []
     for message in messages[1:]:
         content = message.get("content")
         text = content if isinstance(content, str) else orjson.dumps(content).decode()
         lines.append(f"[{message.get('role', '?').title()}]: {text}")
-    compaction = {
-        "model": "soak",
-        "stream": stream,
-        "messages": [
-            {"role": "system", "content": SUMMARIZER},
-            {
-                "role": "user",
-                "content": "Here is the conversation so far:\n\n<conversation>\n"
-                + "\n\n".join(lines)
-                + "\n</conversation>\n\nSummarize it.",
-            },
-        ],
-    }
-    yield orjson.dumps(compaction)
+    compaction = [
+        {"role": "system", "content": SUMMARIZER},
+        {
+            "role": "user",
+            "content": "Here is the conversation so far:\n\n<conversation>\n"
+            + "\n\n".join(lines)
+            + "\n</conversation>\n\nSummarize it.",
+        },
+    ]
+    yield wire(compaction, [])
 
 
 async def replay(

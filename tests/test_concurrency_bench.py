@@ -65,6 +65,11 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     assert meta["sessions"] == 3 and meta["limit_requests"] == 3 and meta["stream"] is True
     assert meta["requests"] == 9 and meta["errors"] == dict.fromkeys(TARGETS, 0)
     assert meta["requests_per_s"] > 0 and meta["http_requests_per_s"] > meta["requests_per_s"]
+    assert 0 < meta["mean_sessions_active"] <= 3
+    # deepmem did its work on every request (warm-up included) rather than relay them
+    deepmem = meta["deepmem"]
+    assert deepmem["requests"] == deepmem["answers_read"] > 9
+    assert deepmem["errors"] == deepmem["fail_opens"] == 0 and deepmem["tokens_removed"] > 0
     # sessions 0 and 2 replay the big transcript, session 1 the small one
     assert {name: b["requests"] for name, b in buckets.items()} == {
         "all": 9,
@@ -95,10 +100,21 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     assert buckets["all"]["goals"] == {"p50": 1.5, "p95": 2.0}
     assert buckets["large"]["goals"] == {"p50": 2.0}
     assert isinstance(buckets["all"]["meets_goals"], bool) and "goals" not in buckets["first"]
-    table = run_benchmark(tmp_path, "--sessions", "2", "--limit-requests", "1")
-    assert table.returncode == 0, table.stderr
-    assert "deepmem under 2 concurrent sessions" in table.stdout
-    assert "first of a session" in table.stdout and "first byte" not in table.stdout
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "responses"])
+def test_the_table_in_other_dialects(tmp_path: Path, dialect: str) -> None:
+    (tmp_path / "a-big.json").write_bytes(orjson.dumps(transcript("log line\n" * 50_000)))
+    done = run_benchmark(tmp_path, "--sessions", "2", "--limit-requests", "3", "--dialect", dialect)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "deepmem under 2 concurrent sessions" in lines[0]
+    assert f"non-streamed {dialect} requests" in lines[0]
+    assert "6 requests to each of direct, control and deepmem" in lines[1]
+    assert "failed: none" in lines[1]
+    assert "errors 0, fail opens 0" in lines[2] and "tokens removed 0" not in lines[2]
+    assert any(line.startswith("first of a session") for line in lines)
+    assert "first byte" not in done.stdout  # only streamed answers have one
 
 
 def test_a_missing_control_is_refused_by_name(tmp_path: Path) -> None:
