@@ -95,6 +95,7 @@ class Setup:
     stream: bool
     dialect: str  # a key of proxy.replay_wire.DIALECTS
     control: Path
+    projects: int = 1  # project directories the sessions work in
 
     @property
     def path(self) -> str:
@@ -133,12 +134,20 @@ def spread(count: int, limit: int | None) -> list[int]:
     return [round(i * (count - 1) / (limit - 1)) for i in range(limit)]
 
 
-def session_bodies(corpus: list[dict[str, Any]], project: Path, setup: Setup) -> list[list[bytes]]:
-    """The request bodies of each transcript, built before the clock starts."""
+def session_bodies(
+    corpus: list[dict[str, Any]], projects: list[Path], setup: Setup
+) -> list[list[bytes]]:
+    """Each session's request bodies, built before the clock starts: session i replays
+    transcript i (cycled) in project i (cycled); sessions alike share their bodies."""
+    built: dict[tuple[int, int], list[bytes]] = {}
     bodies = []
-    for transcript in corpus:
-        every = list(session_requests(transcript, project, setup.stream, setup.dialect))
-        bodies.append([every[i] for i in spread(len(every), setup.limit)])
+    for session in range(setup.sessions):
+        key = (session % len(corpus), session % len(projects))
+        if key not in built:
+            transcript, project = corpus[key[0]], projects[key[1]]
+            every = list(session_requests(transcript, project, setup.stream, setup.dialect))
+            built[key] = [every[i] for i in spread(len(every), setup.limit)]
+        bodies.append(built[key])
     return bodies
 
 
@@ -206,9 +215,11 @@ async def run(setup: Setup) -> Run:
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="deepmem-concurrency-") as tmp:
         root = Path(tmp)
-        data_dir, project = root / "data", root / "project"
-        project.mkdir()
-        bodies = session_bodies(corpus, project, setup)
+        data_dir = root / "data"
+        projects = [root / f"project-{n}" for n in range(setup.projects)]
+        for project in projects:
+            project.mkdir()
+        bodies = session_bodies(corpus, projects, setup)
         with (
             children(upstream_port, proxy_port, str(data_dir), ["--allowed-roots", str(root)]) as (
                 upstream,
@@ -233,7 +244,7 @@ async def run(setup: Setup) -> Run:
                             urls,
                             setup.headers,
                             session,
-                            bodies[session % len(bodies)],
+                            bodies[session],
                             result,
                         )
                         for session in range(setup.sessions)
@@ -341,7 +352,8 @@ def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
     print(
         f"deepmem under {meta['sessions']} concurrent sessions: {meta['python']}, "
         f"aiohttp {meta['aiohttp']}, {meta['cpus']} CPUs, loopback, "
-        f"{'streamed' if meta['stream'] else 'non-streamed'} {meta['dialect']} requests"
+        f"{'streamed' if meta['stream'] else 'non-streamed'} {meta['dialect']} requests, "
+        f"{meta['projects']} project{'s' if meta['projects'] > 1 else ''}"
     )
     errors = ", ".join(f"{t} {n}" for t, n in meta["errors"].items() if n) or "none"
     print(
@@ -431,6 +443,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the wire format the sessions speak (default: %(default)s)",
     )
     parser.add_argument(
+        "--projects",
+        type=int,
+        default=1,
+        metavar="N",
+        help="project directories the sessions work in, session i in project i mod N "
+        "(default: %(default)s, all sessions share one project's memory)",
+    )
+    parser.add_argument(
         "--control",
         type=Path,
         default=CONTROL,
@@ -444,12 +464,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"the control proxy {args.control} does not exist: give the evaluator's "
             "passthrough_proxy.py with --control or DEEPMEM_CONTROL_PROXY"
         )
-    if args.sessions < 1 or (args.limit_requests is not None and args.limit_requests < 1):
-        parser.error("--sessions and --limit-requests take a positive number")
+    limit = 1 if args.limit_requests is None else args.limit_requests
+    if min(args.sessions, args.projects, limit) < 1:
+        parser.error("--sessions, --projects and --limit-requests take a positive number")
     # SIGTERM unwinds like Ctrl-C, so the children are ended either way.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        setup = Setup(args.sessions, args.limit_requests, args.stream, args.dialect, args.control)
+        setup = Setup(
+            args.sessions,
+            args.limit_requests,
+            args.stream,
+            args.dialect,
+            args.control,
+            args.projects,
+        )
         result = asyncio.run(run(setup))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -463,6 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "limit_requests": args.limit_requests,
         "stream": args.stream,
         "dialect": args.dialect,
+        "projects": args.projects,
         "control": str(args.control),
         "large_body_bytes": LARGE_BODY_BYTES,
         "requests": requests,

@@ -17,7 +17,9 @@ from benchmarks.concurrency import (
     TARGETS,
     Run,
     Sample,
+    Setup,
     bucket_summary,
+    session_bodies,
     spread,
     summary,
 )
@@ -63,6 +65,7 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     report = json.loads(done.stdout)
     meta, buckets = report["meta"], report["buckets"]
     assert meta["sessions"] == 3 and meta["limit_requests"] == 3 and meta["stream"] is True
+    assert meta["dialect"] == "chat" and meta["projects"] == 1
     assert meta["requests"] == 9 and meta["errors"] == dict.fromkeys(TARGETS, 0)
     assert meta["requests_per_s"] > 0 and meta["http_requests_per_s"] > meta["requests_per_s"]
     assert 0 < meta["mean_sessions_active"] <= 3
@@ -105,16 +108,53 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
 @pytest.mark.parametrize("dialect", ["anthropic", "responses"])
 def test_the_table_in_other_dialects(tmp_path: Path, dialect: str) -> None:
     (tmp_path / "a-big.json").write_bytes(orjson.dumps(transcript("log line\n" * 50_000)))
-    done = run_benchmark(tmp_path, "--sessions", "2", "--limit-requests", "3", "--dialect", dialect)
+    done = run_benchmark(
+        tmp_path,
+        "--sessions",
+        "2",
+        "--limit-requests",
+        "3",
+        "--dialect",
+        dialect,
+        "--projects",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "deepmem under 2 concurrent sessions" in lines[0]
-    assert f"non-streamed {dialect} requests" in lines[0]
+    assert f"non-streamed {dialect} requests, 2 projects" in lines[0]
     assert "6 requests to each of direct, control and deepmem" in lines[1]
     assert "failed: none" in lines[1]
     assert "errors 0, fail opens 0" in lines[2] and "tokens removed 0" not in lines[2]
     assert any(line.startswith("first of a session") for line in lines)
     assert "first byte" not in done.stdout  # only streamed answers have one
+
+
+@pytest.mark.parametrize("flag", ["--sessions", "--projects", "--limit-requests"])
+def test_counts_must_be_positive(tmp_path: Path, flag: str) -> None:
+    done = run_benchmark(tmp_path, flag, "0")
+    assert done.returncode == 2 and "take a positive number" in done.stderr
+
+
+def test_sessions_cycle_through_transcripts_and_projects(tmp_path: Path) -> None:
+    corpus = [transcript("one\n"), transcript("two\n")]
+    projects = [tmp_path / "p0", tmp_path / "p1", tmp_path / "p2"]
+    setup = Setup(6, 3, False, "chat", CONTROL, projects=3)
+    bodies = session_bodies(corpus, projects, setup)
+    assert len(bodies) == 6 and all(len(requests) == 3 for requests in bodies)
+
+    def where(requests: list[bytes]) -> tuple[str, str]:
+        messages = orjson.loads(requests[1])["messages"]  # up to the second answer
+        return messages[0]["content"].rsplit("/", 1)[1], messages[3]["content"]
+
+    assert [where(requests) for requests in bodies] == [
+        ("p0", "one\n"),
+        ("p1", "two\n"),
+        ("p2", "one\n"),
+        ("p0", "two\n"),
+        ("p1", "one\n"),
+        ("p2", "two\n"),
+    ]
 
 
 def test_a_missing_control_is_refused_by_name(tmp_path: Path) -> None:
