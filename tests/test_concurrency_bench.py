@@ -26,7 +26,7 @@ from benchmarks.concurrency import (
 from benchmarks.overhead import Timing
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not CONTROL.is_file(), reason=f"no control proxy at {CONTROL}")
+needs_control = pytest.mark.skipif(not CONTROL.is_file(), reason=f"no control proxy at {CONTROL}")
 
 
 def transcript(tool_output: str) -> dict[str, Any]:
@@ -55,6 +55,7 @@ def run_benchmark(corpus: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@needs_control
 def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> None:
     # Four requests a session (three turns and the compaction), of which the first, the third
     # and the last are sent; in the big transcript the last two are over 400 KB.
@@ -105,6 +106,7 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     assert isinstance(buckets["all"]["meets_goals"], bool) and "goals" not in buckets["first"]
 
 
+@needs_control
 @pytest.mark.parametrize("dialect", ["anthropic", "responses"])
 def test_the_table_in_other_dialects(tmp_path: Path, dialect: str) -> None:
     (tmp_path / "a-big.json").write_bytes(orjson.dumps(transcript("log line\n" * 50_000)))
@@ -130,6 +132,7 @@ def test_the_table_in_other_dialects(tmp_path: Path, dialect: str) -> None:
     assert "first byte" not in done.stdout  # only streamed answers have one
 
 
+@needs_control
 @pytest.mark.parametrize("flag", ["--sessions", "--projects", "--limit-requests"])
 def test_counts_must_be_positive(tmp_path: Path, flag: str) -> None:
     done = run_benchmark(tmp_path, flag, "0")
