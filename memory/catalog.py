@@ -116,9 +116,13 @@ class ProjectMemory:
         floor: float = 0.0,
         meaning: str | None = None,
     ) -> list[Hit]:
+        text, dense = meaning or query, self.index.dense
+        # The model needs no index: a message is embedded before the lock, so one session's
+        # embedding never holds up another's search of the same project.
+        vector = dense.embed(text) if dense is not None and text.strip() else None
         with self.index_lock:
             self._watch_session_checkpoints()
-            return self.index.search(query, limit, now, floor=floor, meaning=meaning)
+            return self.index.search(query, limit, now, floor=floor, vector=vector)
 
     def refresh_index(self) -> None:
         """Re-read the memory files that changed since the last search."""

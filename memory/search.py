@@ -221,10 +221,14 @@ class DenseScorer(Protocol):
     def index(self, texts: Sequence[str]) -> None:
         """Take the entries' texts, in unit order (vectors computed once per text)."""
 
-    def similar(self, query: str, also: Iterable[int]) -> dict[int, float] | None:
-        """Cosine similarity of ``query`` with the entries at or above the scorer's floor, and
-        with the entries ``also`` names (positions in the texts given to ``index``); None when
-        the model cannot be used (search then goes by words alone)."""
+    def embed(self, text: str) -> object | None:
+        """The vector of a query (None when the model cannot be used). It reads nothing of
+        the index, so callers may embed before taking a lock on it."""
+
+    def similar(self, vector: object, also: Iterable[int]) -> dict[int, float] | None:
+        """Cosine similarity of a query's ``vector`` with the entries at or above the scorer's
+        floor, and with the entries ``also`` names (positions in the texts given to
+        ``index``); None when the model cannot be used (search then goes by words alone)."""
 
 
 @dataclass(slots=True)
@@ -395,6 +399,7 @@ class MemoryIndex:
         *,
         floor: float = 0.0,
         meaning: str | None = None,
+        vector: object | None = None,
     ) -> list[Hit]:
         """The best ``limit`` entries for ``query`` (``|`` separates OR phrases), one copy of
         each text (the best placed one).
@@ -402,15 +407,18 @@ class MemoryIndex:
         ``floor`` is the relevance floor: an entry is a match only when its similarity to the
         query reaches it (lexical: ``lexical_similarity``; with a dense scorer, also an entry
         whose meaning is at least the scorer's own floor; ``meaning`` is the text it embeds,
-        ``query`` by default). Relevance then orders entries; the source's weight and the age
-        decay only reorder near-equal ones.
+        ``query`` by default, or ``vector`` that text already embedded). Relevance then orders
+        entries; the source's weight and the age decay only reorder near-equal ones.
         """
         self.refresh()
         phrases = parse_query(query, self.mode)
         if not self._units or limit <= 0 or not (phrases or self.dense):
             return []
         today = _as_date(now)
-        relevance = self._relevance(meaning or query, phrases, floor)
+        text = meaning or query
+        if self.dense is not None and vector is None and text.strip():
+            vector = self.dense.embed(text)
+        relevance = self._relevance(vector, phrases, floor)
         decay = self._decay_factors(today)
         weights = self._weights
         scored = [(-score * weights[unit] * decay[unit], unit) for unit, score in relevance.items()]
@@ -435,15 +443,17 @@ class MemoryIndex:
                 break
         return hits
 
-    def _relevance(self, meaning: str, phrases: list[list[str]], floor: float) -> dict[int, float]:
+    def _relevance(
+        self, vector: object | None, phrases: list[list[str]], floor: float
+    ) -> dict[int, float]:
         """Per matching unit, its relevance (the best over OR phrases)."""
         best: dict[int, float] = {}
         for terms in phrases:
             for unit, similarity in self._lexical(terms).items():
                 if similarity >= floor and similarity > best.get(unit, 0.0):
                     best[unit] = similarity
-        if self.dense is not None and meaning.strip():
-            dense = self.dense.similar(meaning, best)
+        if self.dense is not None and vector is not None:
+            dense = self.dense.similar(vector, best)
             if dense is None:
                 return best
             return {

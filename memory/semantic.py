@@ -42,7 +42,7 @@ DIMENSIONS = 512
 MATCH_FLOOR = 0.33
 # Cosine at or above which a new entry restates an existing one.
 DUPLICATE_FLOOR = 0.9
-MAX_QUERY_CHARS = 2000  # the model's cost grows with the text; a message's start says enough
+MAX_QUERY_CHARS = 500  # the cost grows with the text (500 chars: ~5 ms); its start says enough
 CACHE_FILE = "embeddings.sqlite3"
 MEMORY_CACHE = 50_000  # vectors kept in memory (2 KB each)
 
@@ -212,17 +212,31 @@ class SemanticScorer:
         self.embeddings = embeddings
         self.name = embeddings.name
         self._matrix: Any = None
+        self._rows: dict[str, Any] = {}  # the last index's vector of each text
 
     def index(self, texts: Sequence[str]) -> None:
+        """The matrix of ``texts``; a text the last index had keeps its row (a memory file
+        that changed is parsed again, the others keep their entries: most texts are known)."""
+        if not texts:
+            self._matrix, self._rows = None, {}
+            return
+        known = self._rows
+        missing = list(dict.fromkeys(text for text in texts if text not in known))
         embeddings = self.embeddings
-        self._matrix = embeddings._guarded(lambda: embeddings.vectors(texts)) if texts else None
+        computed = embeddings._guarded(lambda: embeddings.vectors(missing)) if missing else []
+        if computed is None:
+            self._matrix, self._rows = None, {}
+            return
+        rows = {**known, **dict(zip(missing, computed, strict=True))}
+        self._matrix = _numpy().stack([rows[text] for text in texts])
+        self._rows = {text: rows[text] for text in texts}
 
-    def similar(self, query: str, also: Iterable[int]) -> dict[int, float] | None:
+    def embed(self, text: str) -> object | None:
+        return self.embeddings._guarded(lambda: self.embeddings.query(text))
+
+    def similar(self, vector: object, also: Iterable[int]) -> dict[int, float] | None:
         if self._matrix is None:
             return None if self.embeddings.failure is not None else {}
-        vector = self.embeddings._guarded(lambda: self.embeddings.query(query))
-        if vector is None:
-            return None
         numpy = _numpy()
         cosines = self._matrix @ vector
         chosen = numpy.union1d(numpy.flatnonzero(cosines >= self.floor), list(also))

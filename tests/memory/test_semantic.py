@@ -4,6 +4,7 @@ meaning, and memory without the extra. A toy model pins the plumbing; the real m
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import zlib
 from collections.abc import Sequence
@@ -107,6 +108,21 @@ def test_the_query_is_embedded_once_per_search_and_entries_once(tmp_path: Path) 
         "release day",
         "which database",
     ]
+
+
+def test_a_rebuild_looks_up_only_the_new_entries(tmp_path: Path) -> None:
+    path = _memory(tmp_path, "## Facts\n- we deploy on fridays\n- postgres 16\n")
+    embeddings = Embeddings(None, ToyModel())
+    asked: list[list[str]] = []
+    real = embeddings.vectors
+    embeddings.vectors = lambda texts: asked.append(list(texts)) or real(texts)  # type: ignore[method-assign]
+    index = MemoryIndex([path], dense=embeddings.scorer())
+    index.search("release day", now=NOW)
+    path.write_text("## Facts\n- we deploy on fridays\n- postgres 16\n- redis 7\n")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    hits = index.search("redis", now=NOW)
+    assert asked == [["we deploy on fridays", "postgres 16"], ["redis 7"]]
+    assert hits[0].entry.text == "redis 7"
 
 
 def test_near_duplicates_by_meaning_are_refused_on_store(tmp_path: Path) -> None:
