@@ -464,39 +464,19 @@ class Scenario:
         self.config.write_text(json.dumps(config, indent=2))
 
     def start_deepmem(self, upstream: str) -> tuple[subprocess.Popen[bytes], int]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("DEEP_MEMORY_") and not k.lower().endswith("_proxy")
-        }
-        env.update(HOME=str(self.home), PYTHONPATH=str(ROOT))
         routes = {setup.route for setup in PROVIDERS.values()}
-        last_error = ""
+        log_path = self.logs / "deepmem.log"
         for attempt in range(3):
             port = free_port()
-            command = [sys.executable, "-m", "proxy", "serve", "--port", str(port)]
+            arguments = ["--port", str(port)]
             for route in sorted(routes):
-                command += ["--upstream", f"{route}={upstream}"]
-            command += ["--data-dir", str(self.data), "--allowed-roots", str(self.home)]
-            with (self.logs / f"deepmem-{attempt}.log").open("wb") as log:
-                process = subprocess.Popen(
-                    command,
-                    cwd=self.work,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and process.poll() is None:
-                with contextlib.suppress(OSError):
-                    status, _ = http_get(f"http://127.0.0.1:{port}/health", timeout=2)
-                    if status == 200:
-                        return process, port
-                time.sleep(0.1)
-            _stop(process)
-            last_error = (self.logs / f"deepmem-{attempt}.log").read_text(errors="replace")
-        raise E2EError(f"deepmem did not become healthy:\n{last_error[-4000:]}")
+                arguments += ["--upstream", f"{route}={upstream}"]
+            arguments += ["--data-dir", str(self.data), "--allowed-roots", str(self.home)]
+            log_path = self.logs / f"deepmem-{attempt}.log"
+            process = launch_deepmem(arguments, self.home, self.work, log_path, port)
+            if process is not None:
+                return process, port
+        raise E2EError(f"deepmem did not become healthy:\n{log_tail(log_path)}")
 
     def run_opencode(self, index: int, prompt: str, cont: bool) -> dict[str, Any]:
         command = [str(self.opencode), "run", "--print-logs", "--log-level", "DEBUG"]
@@ -604,6 +584,43 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _strings(item)
+
+
+def launch_deepmem(
+    arguments: list[str], home: Path, cwd: Path, log_path: Path, port: int
+) -> subprocess.Popen[bytes] | None:
+    """``deepmem serve ARGUMENTS`` with a clean environment (no DEEP_MEMORY_* or proxy
+    variables, HOME=home), its output in ``log_path``; the process once /health answers 200
+    on ``port``, or None (the process stopped) when it does not within a minute."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DEEP_MEMORY_") and not k.lower().endswith("_proxy")
+    }
+    env.update(HOME=str(home), PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "proxy", "serve", *arguments]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(OSError):
+            status, _ = http_get(f"http://127.0.0.1:{port}/health", timeout=2)
+            if status == 200:
+                return process
+        time.sleep(0.1)
+    _stop(process)
+    return None
+
+
+def log_tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-4000:] if path.exists() else "(no log)"
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -12,12 +12,9 @@ bash, bash, deep_expand, answer) goes through the result.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -89,35 +86,13 @@ class InitScenario(harness.Scenario):
 
     def serve(self, port: int) -> subprocess.Popen[bytes]:
         """deepmem with only the TOML file ``deepmem init`` wrote (no --upstream flags)."""
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("DEEP_MEMORY_") and not k.lower().endswith("_proxy")
-        }
-        env.update(HOME=str(self.home), PYTHONPATH=str(harness.ROOT))
-        command = [sys.executable, "-m", "proxy", "serve", "--config", str(self.deepmem_config)]
-        command += ["--port", str(port), "--data-dir", str(self.data)]
-        command += ["--allowed-roots", str(self.home)]
+        arguments = ["--config", str(self.deepmem_config), "--port", str(port)]
+        arguments += ["--data-dir", str(self.data), "--allowed-roots", str(self.home)]
         log_path = self.logs / "deepmem.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=self.work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process.poll() is None:
-            with contextlib.suppress(OSError):
-                status, _ = harness.http_get(f"http://127.0.0.1:{port}/health", timeout=2)
-                if status == 200:
-                    return process
-            time.sleep(0.1)
-        harness._stop(process)
-        log = log_path.read_text(errors="replace")
-        raise harness.E2EError(f"deepmem did not become healthy:\n{log[-4000:]}")
+        process = harness.launch_deepmem(arguments, self.home, self.work, log_path, port)
+        if process is None:
+            raise harness.E2EError(f"deepmem did not become healthy:\n{harness.log_tail(log_path)}")
+        return process
 
     def run(self) -> dict[str, Any]:
         self.logs.mkdir(parents=True, exist_ok=True)
