@@ -379,7 +379,12 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     _account(state, outbound)
     overhead = time.perf_counter() - started
     state.metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=outbound.route)
-    return await _forward(state, request, upstream, outbound, style, started, overhead)
+    try:
+        return await _forward(state, request, upstream, outbound, style, started, overhead)
+    finally:
+        flow = outbound.rewrite.flow if outbound.rewrite is not None else None
+        if flow is not None and flow.after:  # the answer is out: now the work that could wait
+            state.rewrites.run_after(outbound.session_id, flow.after)
 
 
 def _relayed(state: ProxyState, request: web.Request, upstream: Upstream) -> _Outbound:

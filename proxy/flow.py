@@ -11,7 +11,7 @@ tally, its ``changes`` says what it changed, item by item (the dashboard's reque
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -44,6 +44,7 @@ class Flow:
     raw: bytes = b""  # the body exactly as the client sent it
     project: Resolution | None = None  # None: nobody identified one (no memory is served)
     reports: list[Report] = field(default_factory=list)  # what the addons did, in order
+    after: list[Callable[[], None]] = field(default_factory=list)  # see ``defer``
 
     def report(self, kind: type[R]) -> R | None:
         """The first report of this type, if an addon made one."""
@@ -52,6 +53,12 @@ class Flow:
     def account(self, tally: Tally) -> None:
         for report in self.reports:
             report.account(tally)
+
+    def defer(self, work: Callable[[], None]) -> None:
+        """Run ``work`` once the answer has been relayed, on a worker thread, off this and
+        every other request's path. It must not change what this request forwards; a failure
+        is logged and forgotten (``proxy.pipeline.RewriteRunner.run_after``)."""
+        self.after.append(work)
 
     def changes(self) -> list[Change]:
         """Every addon's changes, in the order the addons ran."""

@@ -170,6 +170,7 @@ class RewriteRunner:
     def __init__(self, workers: int = REWRITE_WORKERS) -> None:
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="deepmem-rewrite")
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, requests holding/waiting
+        self._background: set[asyncio.Task[None]] = set()  # deferred work running
 
     async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, after the session's earlier requests.
@@ -209,6 +210,23 @@ class RewriteRunner:
     def _release(self, key: str, lock: asyncio.Lock) -> None:
         lock.release()
         self._leave(key)
+
+    def run_after(self, session_key: str | None, work: Sequence[Callable[[], None]]) -> None:
+        """Start ``work`` (a flow's deferred jobs) in the background, in order, after the
+        session's queued rewrites; nobody waits for it, and a failure is logged."""
+        if not work:
+            return
+
+        def jobs() -> None:
+            for job in work:
+                try:
+                    job()
+                except Exception:
+                    log.exception("deferred work failed (session %s)", session_key)
+
+        task = asyncio.get_running_loop().create_task(self.run(session_key, jobs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def sessions_waiting(self) -> int:

@@ -88,3 +88,38 @@ def test_the_rewrite_carries_its_flow_with_the_reports() -> None:
     rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, {}, [Count(), Count()])
     assert rewrite.body is raw and rewrite.flow is not None
     assert [r.messages for r in rewrite.flow.reports] == [1, 1]  # type: ignore[attr-defined]
+
+
+async def test_deferred_work_runs_after_the_answer_and_a_failure_is_only_logged(
+    start_proxy, upstream, client
+) -> None:
+    import asyncio
+
+    from tests.addons import Hook
+
+    seen: list[int] = []
+
+    def late() -> None:
+        seen.append(len(upstream.requests))  # what the upstream had been sent by then
+
+    def broken() -> None:
+        raise RuntimeError("a cache warmer's bug")
+
+    def defer(conversation, flow) -> bool:
+        flow.defer(broken)
+        flow.defer(late)
+        return False
+
+    proxy = await start_proxy([Hook(defer)], upstream=[f"{upstream.url}/v1"])
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false}'
+    for _ in range(2):
+        async with client.post(
+            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_d"}
+        ) as response:
+            assert response.status == 200
+            await response.read()
+        for _ in range(100):
+            if len(seen) == len(upstream.requests):
+                break
+            await asyncio.sleep(0.01)
+    assert seen == [1, 2]  # each request's work ran after it was forwarded, the failure aside
