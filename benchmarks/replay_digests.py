@@ -32,6 +32,7 @@ from compressors.markers import ccr_key
 from memory.archive import write_checkpoint
 from memory.checkpoint import Checkpoint
 from proxy.addons import build_addons
+from proxy.bodies import BodyCache
 from proxy.config import Settings
 from proxy.flow import Addon
 from proxy.memory_api import memory_service
@@ -115,12 +116,13 @@ def _digests(
     path: Path, dialect: str, messages: list[Any], tools: list[Any], addons: list[Addon]
 ) -> list[str]:
     headers = {"x-session-id": f"replay-{path.stem}"}
+    bodies = BodyCache()  # as the proxy parses: each request from where it differs
     digests: list[str] = []
     for k, message in enumerate(messages):
         if message.get("role") != "assistant" or k == 0:
             continue
         raw = orjson.dumps(request_body(dialect, messages[:k], tools))
-        forwarded = rewrite_request(raw, DIALECTS[dialect], headers, addons).body
+        forwarded = rewrite_request(raw, DIALECTS[dialect], headers, addons, bodies=bodies).body
         digests.append(ccr_key(forwarded.decode("utf-8", "surrogatepass")))
     return digests
 

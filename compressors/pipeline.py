@@ -226,7 +226,7 @@ def compress(
                 strict = not settings.compress_live_turn and candidate.item.message > live_start
                 new = Decision(level=0) if strict else _on_arrival(candidate, settings, result)
                 decision = _decide(memo, result, candidate.fp, new)
-            _apply(candidate, decision, memo, result)
+            _apply(conversation, candidate, decision, memo, result)
             continue
         compressible.append(candidate)
         if decision is None:
@@ -269,7 +269,7 @@ def compress(
                 work += 0 if duplicate else len(candidate.output.text)  # pointers are free
                 decision = _compress_one(candidate, duplicate, memo.level, settings, result)
                 _decide(memo, result, candidate.fp, decision)
-        _apply(candidate, memo.decisions[candidate.fp], memo, result)
+        _apply(conversation, candidate, memo.decisions[candidate.fp], memo, result)
     result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
 
     if live_start > head_end:
@@ -461,14 +461,18 @@ def _original_key(memo: SessionMemo, fp: str, original: str) -> str:
 
 
 def _apply(
-    candidate: _Candidate, decision: Decision, memo: SessionMemo, result: CompressionResult
+    conversation: Conversation,
+    candidate: _Candidate,
+    decision: Decision,
+    memo: SessionMemo,
+    result: CompressionResult,
 ) -> None:
     if decision.text is None:
         return
     original = candidate.output.text
     key = _original_key(memo, candidate.fp, original)
     result.originals[key] = original
-    candidate.item.set_text(decision.text)
+    conversation.set_text(candidate.item, decision.text)
     result.changed = True
     deduped = decision.text.startswith(MARKER_START + DUPLICATE_POINTER)
     result.changes.append(
@@ -517,7 +521,7 @@ def _strip_old_turns(
                             without,
                         )
                     )
-                    item.set_text(without)
+                    conversation.set_text(item, without)
                     result.counters["reasoning_dropped"] += 1
                     result.changed = True
         elif (
@@ -527,7 +531,7 @@ def _strip_old_turns(
             and isinstance(item.value, str)
             and "<system-reminder>" in item.value
         ):
-            _drop_reminders(item, result)
+            _drop_reminders(conversation, item, result)
     if dropped:
         _drop_reasoning(conversation, dropped, result)
     stripped = result.changed
@@ -569,8 +573,9 @@ def _cut_old_calls(
             continue
         result.originals[_original_key(memo, fp, original)] = original
         # The arguments keep their wire shape: JSON text, or an object (Anthropic ``input``).
-        item.holder[item.key] = (
-            decision.text if isinstance(value, str) else jsontext.loads(utf8(decision.text))[0]
+        conversation.set_value(
+            item,
+            decision.text if isinstance(value, str) else jsontext.loads(utf8(decision.text))[0],
         )
         result.changes.append(
             Change(
@@ -590,7 +595,7 @@ def _cut_old_calls(
     return changed
 
 
-def _drop_reminders(item: Item, result: CompressionResult) -> None:
+def _drop_reminders(conversation: Conversation, item: Item, result: CompressionResult) -> None:
     def replace(match: re.Match[str]) -> str:
         block = match.group(0)
         if len(block) < MIN_REMINDER_CHARS:
@@ -606,7 +611,7 @@ def _drop_reminders(item: Item, result: CompressionResult) -> None:
 
     text = SYSTEM_REMINDER.sub(replace, item.value)
     if text != item.value:
-        item.set_text(text)
+        conversation.set_text(item, text)
         result.changed = True
 
 

@@ -4,6 +4,12 @@ A view never rebuilds a request. Its wire format (``compressors/wire/``) walks t
 once and yields ``Item``s, each pointing at the exact JSON container and key its text came
 from, so an edit is a single assignment into the original structure and every unknown field,
 key order and provider extra survives serialisation.
+
+Every edit goes through the ``Conversation`` (``set_text``, ``set_value``, ``writable``, the
+appends and ``drop_reasoning``). Messages it was told are shared (``share_messages``: parsed
+objects a cache hands to the next request of the session too) are copied before their first
+edit, container by container, and the items pointing into them follow the copy; the shared
+objects themselves are never changed.
 """
 
 from __future__ import annotations
@@ -79,9 +85,6 @@ class Item:
             return ""
         return jsontext.dumps(value).decode()
 
-    def set_text(self, text: str) -> None:
-        self.holder[self.key] = text
-
 
 @dataclass(slots=True)
 class Conversation:
@@ -94,6 +97,48 @@ class Conversation:
     # Indices, as the client sent them, of the wire messages removed whole (Responses
     # reasoning items), ascending: the messages after them are renumbered.
     removed_messages: list[int] = field(default_factory=list)
+    _shared: set[int] = field(default_factory=set)  # ids of messages to copy before an edit
+    _by_holder: dict[int, list[Item]] | None = None  # items by id(holder), built on first copy
+
+    def share_messages(self) -> None:
+        """Treat every wire message as shared with other requests: copy it before editing."""
+        messages = self.wire.messages(self.body)
+        self._shared = {id(message) for message in messages}
+
+    def writable(self, index: int) -> Any:
+        """Wire message ``index`` (of the body as it is now), safe to change in place."""
+        messages = self.wire.messages(self.body)
+        message = messages[index]
+        if id(message) not in self._shared:
+            return message
+        copies: dict[int, Any] = {}
+        copy = _copy_containers(message, copies)
+        messages[index] = copy
+        self._shared.discard(id(message))
+        by_holder = self._holders()
+        for old, new in copies.items():
+            moved = by_holder.pop(old, None)
+            if moved:
+                for item in moved:
+                    item.holder = new
+                by_holder[id(new)] = moved
+        return copy
+
+    def set_text(self, item: Item, text: str) -> None:
+        self.set_value(item, text)
+
+    def set_value(self, item: Item, value: Any) -> None:
+        """Replace the item's value (a tool call's arguments keep their wire shape)."""
+        if item.message >= 0 and self._shared:
+            self.writable(item.message)
+        item.holder[item.key] = value
+
+    def _holders(self) -> dict[int, list[Item]]:
+        if self._by_holder is None:
+            self._by_holder = {}
+            for item in self.items:
+                self._by_holder.setdefault(id(item.holder), []).append(item)
+        return self._by_holder
 
     def arrived_index(self, message: int) -> int:
         """The index wire message ``message`` (of the body as it is now) had as it arrived."""
@@ -154,13 +199,31 @@ class Conversation:
     def append_to_system(self, text: str) -> bool:
         """Add ``text`` after the system prompt; False when the request has none to extend.
         The added text comes after every existing byte of the prompt."""
-        return self.wire.append_to_system(self.body, text)
+        return self.wire.append_to_system(self, text)
 
     def append_to_message(self, index: int, text: str) -> bool:
         """Add ``text`` at the end of wire message ``index`` (a user message)."""
-        return self.wire.append_to_message(self.body, index, text)
+        return self.wire.append_to_message(self, index, text)
 
     def drop_reasoning(self, items: list[Item]) -> int:
         """Remove these reasoning items whole, where the format allows it, from the body and
         from this view (later stages append by message index); how many went."""
         return self.wire.drop_reasoning(self, items)
+
+
+def _copy_containers(value: Any, copies: dict[int, Any]) -> Any:
+    """A copy of every dict and list in ``value`` (the strings and numbers are shared), and in
+    ``copies`` which copy each original container became, by the original's id."""
+    copy: Any
+    if isinstance(value, dict):
+        copy = {
+            key: _copy_containers(inner, copies) if isinstance(inner, dict | list) else inner
+            for key, inner in value.items()
+        }
+    else:
+        copy = [
+            _copy_containers(inner, copies) if isinstance(inner, dict | list) else inner
+            for inner in value
+        ]
+    copies[id(value)] = copy
+    return copy

@@ -24,6 +24,7 @@ from memory.state import StateUnavailable
 from proxy import __version__, cluster, statistics
 from proxy.addons import build_addons
 from proxy.admin import error_response, json_response
+from proxy.bodies import BodyCache
 from proxy.config import Settings, Upstream, upstream_hint
 from proxy.dashboard import page_response, wants_page
 from proxy.expand import expand
@@ -87,6 +88,7 @@ class ProxyState:
     hinted_upstreams: set[str] = field(default_factory=set)  # 404 hint logged once for these
     opt_out: OptOut = field(init=False)  # requests relayed untouched by the user's choice
     rewrite_log: RewriteLog = field(init=False)  # what each recent request's rewrite changed
+    bodies: BodyCache = field(default_factory=BodyCache)  # each session's last body, parsed
 
     def __post_init__(self) -> None:
         self.pool = UpstreamPool(self.settings)
@@ -300,7 +302,9 @@ def _prepare(
     state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
 ) -> tuple[Rewrite, Session | None, RequestRecord]:
     """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
-    result = rewrite_request(raw, dialect, headers, state.addons, state.stores.clock, state.opt_out)
+    result = rewrite_request(
+        raw, dialect, headers, state.addons, state.stores.clock, state.opt_out, state.bodies
+    )
     session = None
     if result.session_id:
         session = state.sessions.touch(

@@ -298,7 +298,7 @@ class CompactionStage:
                         tokens_after=result.tokens_after,
                     )
                 )
-                item.set_text(result.text)
+                conversation.set_text(item, result.text)
                 report.outputs_compressed += result.compressed
                 changed = True
         return changed
@@ -327,7 +327,7 @@ class CompactionStage:
             report.changed.append(
                 Change(ChangeKind.PROMPT_CHANGED, item.message, len(text), len(replaced), tail)
             )
-            item.set_text(replaced)
+            conversation.set_text(item, replaced)
             return True
         return False
 

@@ -20,16 +20,19 @@ from typing import Any, TypeVar
 
 from compressors import jsontext
 from compressors.view import Conversation, Dialect, UnrecognisedBody
-from compressors.wire import parse_conversation
+from compressors.wire import FORMATS, parse_conversation
 from memory.interfaces import RequestClock
 from memory.state import StateConflict, StateUnavailable
+from proxy.bodies import BodyCache, Parsed
 from proxy.flow import Addon, Flow
 from proxy.opt_out import OptOut
-from proxy.sessions import RequestKind, classify, session_id_for
+from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
 
 log = logging.getLogger("deepmem.pipeline")
 
 T = TypeVar("T")
+# Requests of a session that the next one does not extend: they do not replace its body.
+ONE_OFF_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 REWRITE_WORKERS = 4
 # How long a thread that wants the GIL waits before the running one must hand it over
 # (Python's default is 5 ms). With rewrites running Python code on worker threads, the event
@@ -78,14 +81,20 @@ def rewrite_request(
     addons: Sequence[Addon] = (),
     clock: RequestClock | None = None,
     opt_out: OptOut | None = None,
+    bodies: BodyCache | None = None,
 ) -> Rewrite:
     """Never raises: every failure path returns the original bytes, and so does a request
-    ``opt_out`` names (before any addon runs)."""
+    ``opt_out`` names (before any addon runs). With ``bodies``, a request of a session that
+    names itself is parsed only from where it differs from the session's previous one."""
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
+    given = headers.get(SESSION_HEADER, "").strip()
+    key = (given, dialect.value) if bodies is not None and given else None
+    wire = FORMATS[dialect]
     try:
-        body, _ = jsontext.loads(raw)
+        parsed = Parsed(*jsontext.loads(raw)) if bodies is None else bodies.parse(key, wire, raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
         return Rewrite(raw, Outcome.NOT_JSON, session_id, kind, relay_reason=Outcome.NOT_JSON)
+    body = parsed.body
     try:
         try:
             conversation = parse_conversation(dialect, body)
@@ -110,6 +119,8 @@ def rewrite_request(
             )
         if not addons:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+        if key is not None and parsed.start >= 0:
+            conversation.share_messages()  # objects of the session's previous and next request
         idle = _idle_seconds(clock, session_id)
         flow = Flow(dialect, session_id, kind, idle, headers, raw)
         try:
@@ -128,15 +139,24 @@ def rewrite_request(
             if changed
             else (Outcome.FORWARDED, raw)
         )
+        if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
+            bodies.remember(key, raw, parsed)
         return Rewrite(out, outcome, session_id, kind, conversation, flow=flow)
     except StateUnavailable as exc:  # the addon reported it in /health; no traceback needed
         log.warning("%s; forwarding the original request (session %s)", exc, session_id)
+        _forget(bodies, key)
         return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc))
     except Exception as exc:
         log.exception("rewrite failed; forwarding the original request (session %s)", session_id)
+        _forget(bodies, key)
         return Rewrite(
             raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
         )
+
+
+def _forget(bodies: BodyCache | None, key: tuple[str, str] | None) -> None:
+    if bodies is not None and key is not None:
+        bodies.forget(key)
 
 
 def _idle_seconds(clock: RequestClock | None, session_id: str) -> float | None:

@@ -28,6 +28,7 @@ from compressors.tokens import TokenCounter
 from compressors.view import Conversation, Kind
 from compressors.wire import parse_conversation
 from proxy.addons import build_addons
+from proxy.bodies import BodyCache
 from proxy.compression import CompressionReport, compression_settings
 from proxy.config import Settings
 from proxy.costs import ANTHROPIC, OPENAI, common_prefix_length
@@ -241,13 +242,14 @@ def replay_data(
         )
 
     previous: tuple[bytes, bytes, list[bytes]] | None = None
+    bodies = BodyCache()  # as the proxy parses: each request from where it differs
     for k, message in enumerate(messages):
         if message.get("role") != "assistant" or k == 0:
             continue
         original_body = request_body(dialect, messages[:k], tools)
         raw = orjson.dumps(original_body)
         started = time.perf_counter()
-        rewrite = rewrite_request(raw, wire, headers, addons)
+        rewrite = rewrite_request(raw, wire, headers, addons, bodies=bodies)
         elapsed = (time.perf_counter() - started) * 1000
         proxied_body = orjson.loads(rewrite.body)
         compressed = rewrite.flow.report(CompressionReport) if rewrite.flow else None

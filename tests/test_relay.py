@@ -431,7 +431,7 @@ async def test_unknown_prefix_is_a_clear_404(proxy, client):
 
 async def test_transform_failure_forwards_original_bytes(start_proxy, upstream, client):
     def broken(conversation, context):
-        conversation.items[0].set_text("half-edited")
+        conversation.set_text(conversation.items[0], "half-edited")
         raise RuntimeError("bug in a compressor")
 
     proxy = await start_proxy([Hook(broken)], upstream=[f"{upstream.url}/v1"])
@@ -448,7 +448,7 @@ async def test_transform_failure_forwards_original_bytes(start_proxy, upstream, 
 async def test_transform_edit_is_forwarded_with_right_length(start_proxy, upstream, client):
     def shout(conversation, context):
         for item in conversation.items:
-            item.set_text(item.text.upper())
+            conversation.set_text(item, item.text.upper())
         return True
 
     proxy = await start_proxy([Hook(shout)], upstream=[f"{upstream.url}/v1"])

@@ -43,7 +43,7 @@ def _mark_first_item(conversation: Conversation, flow: Flow) -> bool:
     """A transform that always changes the body, so the proxy re-serialises it."""
     if not conversation.items:
         return False
-    conversation.items[0].set_text("rewritten")
+    conversation.set_text(conversation.items[0], "rewritten")
     return True
 
 

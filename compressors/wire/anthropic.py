@@ -16,6 +16,7 @@ from compressors.wire.base import (
     append_to_entry,
     count,
     list_length,
+    listed,
     message_object,
     text_parts,
 )
@@ -27,6 +28,10 @@ class Anthropic:
     dialect = Dialect.ANTHROPIC
     path_suffix = "/messages"
     usage_marker = b'usage"'
+    messages_key = "messages"
+
+    def messages(self, body: JsonObject) -> list[Any]:
+        return listed(body, "messages")
 
     def walk(self, conversation: Conversation) -> None:
         body = conversation.body
@@ -51,15 +56,16 @@ class Anthropic:
             elif message.get("role") == "assistant":
                 _assistant(items, index, message, content, call_names)
 
-    def append_to_system(self, body: JsonObject, text: str) -> bool:
+    def append_to_system(self, conversation: Conversation, text: str) -> bool:
         # The added text carries no cache_control, so the breakpoint count never grows.
+        body = conversation.body
         if "system" not in body or body["system"] in (None, ""):
             body["system"] = text
             return True
         return append_content(body, "system", text, "text")
 
-    def append_to_message(self, body: JsonObject, index: int, text: str) -> bool:
-        return append_to_entry(body.get("messages") or [], index, text, "text")
+    def append_to_message(self, conversation: Conversation, index: int, text: str) -> bool:
+        return append_to_entry(conversation, index, text, "text")
 
     def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
         messages = conversation.body["messages"]
@@ -68,6 +74,7 @@ class Anthropic:
             content = messages[item.message].get("content")
             # A message of nothing but thinking keeps it: an empty content is not allowed.
             if isinstance(content, list) and any(b is not item.holder for b in content):
+                content = conversation.writable(item.message)["content"]
                 content[:] = [block for block in content if block is not item.holder]
                 dropped.add(id(item))
         conversation.items[:] = [item for item in conversation.items if id(item) not in dropped]

@@ -50,10 +50,15 @@ class WireFormat(Protocol):
         """Append the body's items to ``conversation.items`` in wire order; raise
         ``UnrecognisedBody`` for a body (or a field) of a shape the format does not know."""
 
-    def append_to_system(self, body: JsonObject, text: str) -> bool:
+    messages_key: str  # the body's list of wire messages (or input items)
+
+    def messages(self, body: JsonObject) -> list[Any]:
+        """The body's list of wire messages; empty when it has none (a bare string input)."""
+
+    def append_to_system(self, conversation: Conversation, text: str) -> bool:
         """Add ``text`` after the system prompt; False when there is none to extend."""
 
-    def append_to_message(self, body: JsonObject, index: int, text: str) -> bool:
+    def append_to_message(self, conversation: Conversation, index: int, text: str) -> bool:
         """Add ``text`` at the end of wire message ``index``; False when it cannot be done."""
 
     def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
@@ -125,11 +130,18 @@ def append_content(holder: JsonObject, key: str, text: str, part_type: str) -> b
     return False
 
 
-def append_to_entry(entries: list[Any], index: int, text: str, part_type: str) -> bool:
-    """Append to the content of message ``index`` of ``entries``."""
+def append_to_entry(conversation: Conversation, index: int, text: str, part_type: str) -> bool:
+    """Append to the content of wire message ``index``."""
+    entries = conversation.wire.messages(conversation.body)
     if not 0 <= index < len(entries) or not isinstance(entries[index], dict):
         return False
-    return append_content(entries[index], "content", text, part_type)
+    return append_content(conversation.writable(index), "content", text, part_type)
+
+
+def listed(body: JsonObject, key: str) -> list[Any]:
+    """``body[key]`` when it is a list, else an empty one."""
+    value = body.get(key)
+    return value if isinstance(value, list) else []
 
 
 def list_length(messages: object) -> int:

@@ -15,6 +15,7 @@ from compressors.wire.base import (
     append_to_entry,
     count,
     list_length,
+    listed,
     message_object,
     text_parts,
 )
@@ -26,6 +27,10 @@ class OpenAIChat:
     dialect = Dialect.OPENAI_CHAT
     path_suffix = "/chat/completions"
     usage_marker = b'usage"'
+    messages_key = "messages"
+
+    def messages(self, body: JsonObject) -> list[Any]:
+        return listed(body, "messages")
 
     def walk(self, conversation: Conversation) -> None:
         messages = conversation.body.get("messages")
@@ -57,14 +62,15 @@ class OpenAIChat:
                 for item in items[start:]:
                     item.call_id, item.tool_name = call_id, tool_name
 
-    def append_to_system(self, body: JsonObject, text: str) -> bool:
-        return append_to_leading_system(body.get("messages") or [], text, "text")
+    def append_to_system(self, conversation: Conversation, text: str) -> bool:
+        return append_to_leading_system(conversation, text, "text")
 
-    def append_to_message(self, body: JsonObject, index: int, text: str) -> bool:
-        return append_to_entry(body.get("messages") or [], index, text, "text")
+    def append_to_message(self, conversation: Conversation, index: int, text: str) -> bool:
+        return append_to_entry(conversation, index, text, "text")
 
     def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
         for item in items:
+            conversation.writable(item.message)
             item.holder.pop(item.key, None)
         dropped = {id(item) for item in items}
         conversation.items[:] = [item for item in conversation.items if id(item) not in dropped]
@@ -133,16 +139,17 @@ def _assistant(
 # --- shared with OpenAI Responses, which keeps the same conventions -----------------------------
 
 
-def append_to_leading_system(entries: list[Any], text: str, part_type: str) -> bool:
-    """Append to the last of the system (or developer) messages a list begins with."""
-    last_system = None
-    for message in entries:
+def append_to_leading_system(conversation: Conversation, text: str, part_type: str) -> bool:
+    """Append to the last of the system (or developer) messages the list begins with."""
+    last_system = -1
+    for index, message in enumerate(conversation.wire.messages(conversation.body)):
         if not isinstance(message, dict) or message.get("role") not in _SYSTEM_ROLES:
             break
-        last_system = message
-    if last_system is None or "content" not in last_system:
+        last_system = index
+    entries = conversation.wire.messages(conversation.body)
+    if last_system < 0 or "content" not in entries[last_system]:
         return False
-    return append_content(last_system, "content", text, part_type)
+    return append_content(conversation.writable(last_system), "content", text, part_type)
 
 
 def openai_error_body(message: str, error_type: str, code: str) -> bytes:

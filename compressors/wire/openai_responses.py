@@ -15,6 +15,7 @@ from compressors.wire.base import (
     append_to_entry,
     count,
     list_length,
+    listed,
     message_object,
     text_parts,
 )
@@ -27,6 +28,10 @@ class OpenAIResponses:
     dialect = Dialect.OPENAI_RESPONSES
     path_suffix = "/responses"
     usage_marker = b'usage"'
+    messages_key = "input"
+
+    def messages(self, body: JsonObject) -> list[Any]:
+        return listed(body, "input")
 
     def walk(self, conversation: Conversation) -> None:
         body = conversation.body
@@ -71,23 +76,20 @@ class OpenAIResponses:
                 for item in items[start:]:
                     item.call_id, item.tool_name = call_id, call_names.get(call_id)
 
-    def append_to_system(self, body: JsonObject, text: str) -> bool:
+    def append_to_system(self, conversation: Conversation, text: str) -> bool:
+        body = conversation.body
         if isinstance(body.get("instructions"), str) and body["instructions"]:
             body["instructions"] += "\n\n" + text
             return True
-        entries = body.get("input")
-        return append_to_leading_system(
-            entries if isinstance(entries, list) else [], text, "input_text"
-        )
+        return append_to_leading_system(conversation, text, "input_text")
 
-    def append_to_message(self, body: JsonObject, index: int, text: str) -> bool:
+    def append_to_message(self, conversation: Conversation, index: int, text: str) -> bool:
+        body = conversation.body
         entries = body.get("input")
         if isinstance(entries, str):
             body["input"] = entries + "\n\n" + text
             return True
-        return append_to_entry(
-            entries if isinstance(entries, list) else [], index, text, "input_text"
-        )
+        return append_to_entry(conversation, index, text, "input_text")
 
     def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
         """Reasoning is an input item of its own: the whole item goes, and the view's message

@@ -1,0 +1,196 @@
+"""The previous request body of each session, kept parsed, so that the next one is parsed only
+from where it differs.
+
+An agent's request is its previous one plus a few messages. ``BodyCache`` keeps, per session,
+the previous body's bytes, where each wire message ends in them, and its parsed message objects,
+which nobody edits (the view copies a message before its first edit:
+``Conversation.share_messages``). When a new body repeats the previous one's bytes up to the end
+of message k, those k objects are taken again and orjson parses only the rest: the bytes before
+the message list followed by the bytes after message k, a JSON document of its own. The value is
+the one parsing the whole body gives, because a parser reads the same bytes into the same state.
+
+Only bodies whose messages are written as orjson writes them (compact: what OpenCode and most
+clients send) are kept: where a message ends is found by serialising it and finding exactly
+those bytes in the body. Anything else (another shape, spaces, an integer orjson cannot hold,
+a title request of the same session) is parsed whole, as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from compressors import jsontext
+from compressors.wire import WireFormat
+
+MAX_SESSIONS = 64
+MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
+_COMMA, _CLOSE = ord(","), ord("]")
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A parsed body and what the cache needs to keep it for the session's next request."""
+
+    body: Any
+    exact: bool  # parsed by the stdlib: it holds an integer orjson cannot
+    messages: list[Any] = field(default_factory=list)  # as parsed, before anyone edits them
+    reused: int = 0  # how many of them came from the previous body
+    start: int = -1  # offset of the first message in the body's bytes; -1: not keepable
+    ends: list[int] = field(default_factory=list)  # offset just past each message
+
+
+@dataclass(slots=True)
+class _Kept:
+    raw: bytes
+    start: int
+    ends: list[int]
+    messages: list[Any]
+
+
+class BodyCache:
+    """Per session (and wire format), the last agent request's body, bytes and parsed messages.
+
+    A session's requests are rewritten one at a time (``RewriteRunner``); different sessions
+    use the cache from several threads, so its bookkeeping is locked.
+    """
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_BYTES) -> None:
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0  # requests parsed from where they differ
+        self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def parse(self, key: tuple[str, str] | None, wire: WireFormat, raw: bytes) -> Parsed:
+        """``raw`` parsed (raises ``ValueError`` for what is not JSON, as ``jsontext.loads``)."""
+        kept = self._kept.get(key) if key is not None else None
+        if kept is not None:
+            parsed = _parse_after(kept, wire, raw)
+            if parsed is not None:
+                with self._lock:
+                    self.hits += 1
+                return parsed
+        body, exact = jsontext.loads(raw)
+        parsed = Parsed(body, exact)
+        if key is not None and not exact and isinstance(body, dict):
+            messages = body.get(wire.messages_key)
+            if isinstance(messages, list) and messages:
+                parsed.messages = list(messages)
+                parsed.start = _messages_start(raw, wire.messages_key, messages[0])
+                if parsed.start >= 0:
+                    _locate(parsed, raw, parsed.start, 0)
+                if parsed.start >= 0 and not _rest_matches(parsed, raw, wire.messages_key):
+                    parsed.start = -1
+        return parsed
+
+    def remember(self, key: tuple[str, str], raw: bytes, parsed: Parsed) -> None:
+        """Keep ``raw`` as the session's body to parse the next request against."""
+        if parsed.start < 0 or len(parsed.ends) != len(parsed.messages):
+            self.forget(key)
+            return
+        kept = _Kept(raw, parsed.start, parsed.ends, parsed.messages)
+        with self._lock:
+            self._drop(key)
+            if len(raw) > self.max_bytes:
+                return
+            self._kept[key] = kept
+            self.bytes += len(raw)
+            while len(self._kept) > self.max_sessions or self.bytes > self.max_bytes:
+                self._drop(next(iter(self._kept)))
+
+    def forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        kept = self._kept.pop(key, None)
+        if kept is not None:
+            self.bytes -= len(kept.raw)
+
+
+def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
+    """``raw`` parsed with the messages it repeats from ``kept`` taken as they are; None when
+    it repeats none of them (or its rest is not a body this cache can keep)."""
+    reused = _repeated(kept, raw)
+    if reused == 0:
+        return None
+    end = kept.ends[reused - 1]
+    after = end + 1 if raw[end] == _COMMA else end  # the next message, or the closing bracket
+    rest = raw[: kept.start] + raw[after:]
+    try:
+        body, exact = jsontext.loads(rest)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    tail = body.get(wire.messages_key) if isinstance(body, dict) else None
+    if exact or not isinstance(tail, list):
+        return None
+    messages = kept.messages[:reused] + tail
+    body[wire.messages_key] = list(messages)
+    parsed = Parsed(body, False, messages, reused, kept.start, kept.ends[:reused])
+    _locate(parsed, raw, after, reused)
+    return parsed
+
+
+def _repeated(kept: _Kept, raw: bytes) -> int:
+    """How many of the kept messages ``raw`` repeats byte for byte, from its first byte on."""
+    previous, ends = memoryview(kept.raw), kept.ends
+
+    def repeats(count: int) -> bool:
+        end = ends[count - 1]
+        return len(raw) > end and raw[end] in (_COMMA, _CLOSE) and raw.startswith(previous[:end])
+
+    if repeats(len(ends)):  # the common case: the previous body, then new messages
+        return len(ends)
+    low, high = 0, len(ends) - 1  # repeats(low) holds (0 trivially); repeats(high + 1) fails
+    while low < high:
+        middle = (low + high + 1) // 2
+        if repeats(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _messages_start(raw: bytes, key: str, first: Any) -> int:
+    """Where the first message seems to begin in ``raw`` (``_rest_matches`` makes sure)."""
+    opening = jsontext.dumps(key) + b":["
+    start = raw.find(opening + jsontext.dumps(first))
+    return start + len(opening) if start >= 0 else -1
+
+
+def _rest_matches(parsed: Parsed, raw: bytes, key: str) -> bool:
+    """Whether the bytes before the located message list and after it parse to this very body
+    without its messages: the list found is the body's, not a look-alike inside another value."""
+    try:
+        rest, _ = jsontext.loads(raw[: parsed.start] + raw[parsed.ends[-1] :])
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    body = parsed.body
+    return isinstance(rest, dict) and rest == {k: [] if k == key else v for k, v in body.items()}
+
+
+def _locate(parsed: Parsed, raw: bytes, position: int, first: int) -> None:
+    """Find where messages ``first`` on end in ``raw``, from ``position``; when a message is not
+    written exactly as orjson writes it, the body is marked not keepable."""
+    ends = parsed.ends
+    messages = parsed.messages
+    for index in range(first, len(messages)):
+        data = jsontext.dumps(messages[index])
+        if not raw.startswith(data, position):
+            parsed.start = -1
+            return
+        position += len(data)
+        ends.append(position)
+        if position >= len(raw) or raw[position] != (
+            _COMMA if index < len(messages) - 1 else _CLOSE
+        ):
+            parsed.start = -1
+            return
+        position += 1

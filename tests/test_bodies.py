@@ -1,0 +1,181 @@
+"""The body cache: a session's request parsed from where it differs from the previous one gives
+the value a whole parse gives, the kept objects are never edited, and the rewrite forwards the
+same bytes with or without it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compressors.view import Dialect
+from compressors.wire import FORMATS
+from proxy.addons import build_addons
+from proxy.bodies import BodyCache
+from proxy.config import load_settings
+from proxy.flow import Addon
+from proxy.memory_api import memory_service
+from proxy.pipeline import rewrite_request
+from proxy.stores import open_stores
+from tests.strategies import Session, renderings, sessions
+from tests.test_properties import MEMORY_MD, PROPERTY
+
+CHAT = FORMATS[Dialect.OPENAI_CHAT]
+ANTHROPIC = FORMATS[Dialect.ANTHROPIC]
+KEY = ("ses_1", "openai-chat")
+
+
+def chat(messages: list[Any], **extra: Any) -> bytes:
+    return orjson.dumps({"model": "m", "messages": messages, "tools": [{"x": 1}], **extra})
+
+
+def turn(n: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for i in range(n):
+        messages.append({"role": "user", "content": f"question {i} é 🙂"})
+        messages.append({"role": "assistant", "content": f"answer {i}", "n": 1.5e300})
+    return messages
+
+
+def test_a_longer_request_reuses_every_message_it_repeats() -> None:
+    bodies = BodyCache()
+    first = chat(turn(2))
+    parsed = bodies.parse(KEY, CHAT, first)
+    assert parsed.reused == 0 and parsed.body == orjson.loads(first)
+    bodies.remember(KEY, first, parsed)
+    second = chat(turn(4))
+    again = bodies.parse(KEY, CHAT, second)
+    assert again.reused == 5 and again.body == orjson.loads(second)
+    assert all(a is b for a, b in zip(again.body["messages"], parsed.messages[:5], strict=False))
+    assert bodies.hits == 1
+
+
+def test_moved_cache_marks_and_a_rewritten_message_reuse_only_what_precedes_them() -> None:
+    bodies = BodyCache()
+    messages = [{"role": "user", "content": [{"type": "text", "text": f"m{i}"}]} for i in range(6)]
+    marked = [*messages[:4], *({**m, "cache_control": {"type": "ephemeral"}} for m in messages[4:])]
+    first = orjson.dumps({"model": "m", "system": "s", "messages": marked})
+    bodies.remember(("s", "a"), first, bodies.parse(("s", "a"), ANTHROPIC, first))
+    longer = [*messages, *({**m, "cache_control": {"type": "ephemeral"}} for m in messages[4:])]
+    second = orjson.dumps({"model": "m", "system": "s", "messages": longer})
+    parsed = bodies.parse(("s", "a"), ANTHROPIC, second)
+    assert parsed.reused == 4 and parsed.body == orjson.loads(second)
+    bodies.remember(("s", "a"), second, parsed)
+    edited = [*longer[:2], {"role": "user", "content": "changed"}, *longer[3:]]
+    third = orjson.dumps({"model": "m", "system": "s", "messages": edited})
+    parsed = bodies.parse(("s", "a"), ANTHROPIC, third)
+    assert parsed.reused == 2 and parsed.body == orjson.loads(third)
+    shorter = orjson.dumps({"model": "m", "system": "s", "messages": edited[:1]})
+    assert bodies.parse(("s", "a"), ANTHROPIC, shorter).body == orjson.loads(shorter)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # spaces: not what orjson writes, so where a message ends cannot be found
+        b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}',
+        # a look-alike of the message list inside an earlier value
+        b'{"meta":{"messages":[{"role":"user","content":"hi"}]},"messages":'
+        b'[{"role":"user","content":"hi"}]}',
+        # an integer orjson cannot hold
+        b'{"messages":[{"role":"user","content":"hi","n":123456789012345678901}]}',
+    ],
+)
+def test_bodies_it_cannot_place_exactly_are_parsed_whole_and_not_kept(raw: bytes) -> None:
+    bodies = BodyCache()
+    parsed = bodies.parse(KEY, CHAT, raw)
+    assert parsed.body == __import__("json").loads(raw) and parsed.start == -1
+    bodies.remember(KEY, raw, parsed)
+    assert len(bodies) == 0
+
+
+def test_a_longer_body_with_an_unholdable_integer_in_its_new_part_is_parsed_whole() -> None:
+    bodies = BodyCache()
+    first = chat(turn(1))
+    bodies.remember(KEY, first, bodies.parse(KEY, CHAT, first))
+    second = chat([*turn(1), {"role": "user", "content": "x", "n": 1}]).replace(
+        b'"n":1}', b'"n":123456789012345678901}'
+    )
+    parsed = bodies.parse(KEY, CHAT, second)
+    assert parsed.exact and parsed.body["messages"][-1]["n"] == 123456789012345678901
+
+
+def test_memory_is_bounded() -> None:
+    bodies = BodyCache(max_sessions=2, max_bytes=10_000)
+    for n in range(4):
+        raw = chat(turn(3))
+        bodies.remember((f"s{n}", "c"), raw, bodies.parse((f"s{n}", "c"), CHAT, raw))
+    assert len(bodies) == 2 and bodies.bytes == 2 * len(chat(turn(3)))
+    big = chat(turn(1), pad="x" * 20_000)
+    bodies.remember(("big", "c"), big, bodies.parse(("big", "c"), CHAT, big))
+    assert ("big", "c") not in bodies._kept
+
+
+# --- the rewrite, with and without the cache ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_paths() -> Iterator[tuple[list[Addon], list[Addon], str]]:
+    """The full request path (compression and memory) twice, on stores of their own."""
+    with tempfile.TemporaryDirectory() as root:
+        project = os.path.join(root, "project")
+        os.makedirs(os.path.join(project, ".deep-memory"))
+        with open(os.path.join(project, ".deep-memory", "MEMORY.md"), "w") as handle:
+            handle.write(MEMORY_MD)
+        paths = []
+        for name in ("whole", "incremental"):
+            settings = load_settings(
+                {
+                    "data_dir": os.path.join(root, name),
+                    "allowed_roots": root,
+                    "memory_semantic": "off",
+                    "memory_captures": "false",
+                },
+                environ={},
+            )
+            stores = open_stores(settings, in_memory=True)
+            paths.append(build_addons(settings, stores, memory_service(settings)))
+        yield paths[0], paths[1], project
+
+
+@PROPERTY
+@given(session=sessions(), resent=st.lists(st.integers(0, 40), max_size=3))
+def test_incremental_and_whole_parses_forward_the_same_bytes(
+    session: Session,
+    resent: list[int],
+    two_paths: tuple[list[Addon], list[Addon], str],
+) -> None:
+    """Every request of a session, in every wire format, forwarded by the same addons (on
+    stores of their own) once parsed whole and once through the body cache: the same bytes,
+    and the cache's objects are still what the client sent. ``resent`` requests go twice (a
+    retry) and a shorter one comes after them (a client that rewound)."""
+    whole, incremental, project = two_paths
+    for rendered in renderings(session):
+        headers = {
+            "x-session-id": f"bodies-{rendered.dialect}-{os.urandom(6).hex()}",
+            "X-Deep-Memory-Project": project,
+        }
+        bodies = BodyCache()
+        key = (headers["x-session-id"], rendered.dialect.value)
+        boundaries = list(rendered.boundaries)
+        for index in resent:
+            if boundaries:
+                at = index % len(boundaries)
+                boundaries.insert(at + 1, boundaries[at])
+                boundaries.insert(at + 2, boundaries[at // 2])
+        for boundary in boundaries:
+            raw = orjson.dumps(rendered.request(boundary))
+            expected = rewrite_request(raw, rendered.dialect, headers, whole)
+            got = rewrite_request(raw, rendered.dialect, headers, incremental, bodies=bodies)
+            assert got.outcome == expected.outcome, got.error
+            assert got.body == expected.body
+            kept = bodies._kept.get(key)
+            if kept is not None:  # never edited by the addons
+                list_key = FORMATS[rendered.dialect].messages_key
+                assert kept.messages == orjson.loads(raw)[list_key]
