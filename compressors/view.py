@@ -14,6 +14,7 @@ objects themselves are never changed.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -97,48 +98,75 @@ class Conversation:
     # Indices, as the client sent them, of the wire messages removed whole (Responses
     # reasoning items), ascending: the messages after them are renumbered.
     removed_messages: list[int] = field(default_factory=list)
-    _shared: set[int] = field(default_factory=set)  # ids of messages to copy before an edit
-    _by_holder: dict[int, list[Item]] | None = None  # items by id(holder), built on first copy
+    _shared: bool = False  # the messages' containers are shared: copy before editing
+    _owned: set[int] = field(default_factory=set)  # ids of the containers copied since
 
     def share_messages(self) -> None:
-        """Treat every wire message as shared with other requests: copy it before editing."""
-        messages = self.wire.messages(self.body)
-        self._shared = {id(message) for message in messages}
+        """Treat every wire message as shared with other requests: its containers are copied
+        (only those on the way to what changes) before an edit."""
+        self._shared = True
 
-    def writable(self, index: int) -> Any:
-        """Wire message ``index`` (of the body as it is now), safe to change in place."""
-        messages = self.wire.messages(self.body)
-        message = messages[index]
-        if id(message) not in self._shared:
-            return message
-        copies: dict[int, Any] = {}
-        copy = _copy_containers(message, copies)
-        messages[index] = copy
-        self._shared.discard(id(message))
-        by_holder = self._holders()
-        for old, new in copies.items():
-            moved = by_holder.pop(old, None)
-            if moved:
-                for item in moved:
-                    item.holder = new
-                by_holder[id(new)] = moved
-        return copy
+    def writable(self, index: int, *keys: str | int) -> Any:
+        """Wire message ``index`` (of the body as it is now), or the value at ``keys`` inside
+        it, with every container on the way safe to change in place."""
+        return self._own([index, *keys])
+
+    def writable_content(self, index: int) -> Any:
+        """Wire message ``index`` with its ``content`` (a text or a list of parts) safe to
+        change in place."""
+        message = self.writable(index)
+        if isinstance(message.get("content"), list):
+            self.writable(index, "content")
+        return message
+
+    def writable_holder(self, item: Item) -> Any:
+        """The container the item's value lives in, safe to change in place."""
+        if item.message >= 0 and self._shared and id(item.holder) not in self._owned:
+            messages = self.wire.messages(self.body)
+            keys = _keys_to(messages[item.message], item.holder)
+            if keys is None:  # never write into what another request may read
+                raise RuntimeError(f"item of message {item.message} not found in it")
+            self._own([item.message, *keys])
+        return item.holder
 
     def set_text(self, item: Item, text: str) -> None:
         self.set_value(item, text)
 
     def set_value(self, item: Item, value: Any) -> None:
         """Replace the item's value (a tool call's arguments keep their wire shape)."""
-        if item.message >= 0 and self._shared:
-            self.writable(item.message)
-        item.holder[item.key] = value
+        self.writable_holder(item)[item.key] = value
 
-    def _holders(self) -> dict[int, list[Item]]:
-        if self._by_holder is None:
-            self._by_holder = {}
-            for item in self.items:
-                self._by_holder.setdefault(id(item.holder), []).append(item)
-        return self._by_holder
+    def _own(self, keys: list[Any]) -> Any:
+        """Copy every container from the message list down ``keys`` that is still shared,
+        point the message's items at the copies, and return the value at the end."""
+        current: Any = self.wire.messages(self.body)
+        if not self._shared:
+            for key in keys:
+                current = current[key]
+            return current
+        moved: dict[int, Any] = {}
+        for key in keys:
+            value = current[key]
+            if isinstance(value, dict | list) and id(value) not in self._owned:
+                copy = dict(value) if isinstance(value, dict) else list(value)
+                current[key] = copy
+                self._owned.add(id(copy))
+                moved[id(value)] = copy
+                value = copy
+            current = value
+        if moved:
+            for item in self._items_of(keys[0]):
+                new = moved.get(id(item.holder))
+                if new is not None:
+                    item.holder = new
+        return current
+
+    def _items_of(self, index: int) -> list[Item]:
+        """The items of wire message ``index``: a run of the list, which is in wire order."""
+        items = self.items
+        low = bisect.bisect_left(items, index, key=_message_of)
+        high = bisect.bisect_right(items, index, lo=low, key=_message_of)
+        return items[low:high]
 
     def arrived_index(self, message: int) -> int:
         """The index wire message ``message`` (of the body as it is now) had as it arrived."""
@@ -211,19 +239,18 @@ class Conversation:
         return self.wire.drop_reasoning(self, items)
 
 
-def _copy_containers(value: Any, copies: dict[int, Any]) -> Any:
-    """A copy of every dict and list in ``value`` (the strings and numbers are shared), and in
-    ``copies`` which copy each original container became, by the original's id."""
-    copy: Any
-    if isinstance(value, dict):
-        copy = {
-            key: _copy_containers(inner, copies) if isinstance(inner, dict | list) else inner
-            for key, inner in value.items()
-        }
-    else:
-        copy = [
-            _copy_containers(inner, copies) if isinstance(inner, dict | list) else inner
-            for inner in value
-        ]
-    copies[id(value)] = copy
-    return copy
+def _message_of(item: Item) -> int:
+    return item.message
+
+
+def _keys_to(root: Any, holder: Any) -> list[Any] | None:
+    """The keys (and list indices) that lead from ``root`` to the container ``holder``."""
+    if root is holder:
+        return []
+    pairs = root.items() if isinstance(root, dict) else enumerate(root)
+    for key, inner in pairs:
+        if isinstance(inner, dict | list):
+            found = _keys_to(inner, holder)
+            if found is not None:
+                return [key, *found]
+    return None

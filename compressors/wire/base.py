@@ -135,7 +135,7 @@ def append_to_entry(conversation: Conversation, index: int, text: str, part_type
     entries = conversation.wire.messages(conversation.body)
     if not 0 <= index < len(entries) or not isinstance(entries[index], dict):
         return False
-    return append_content(conversation.writable(index), "content", text, part_type)
+    return append_content(conversation.writable_content(index), "content", text, part_type)
 
 
 def listed(body: JsonObject, key: str) -> list[Any]:

@@ -70,8 +70,7 @@ class OpenAIChat:
 
     def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
         for item in items:
-            conversation.writable(item.message)
-            item.holder.pop(item.key, None)
+            conversation.writable_holder(item).pop(item.key, None)
         dropped = {id(item) for item in items}
         conversation.items[:] = [item for item in conversation.items if id(item) not in dropped]
         return len(items)
@@ -149,7 +148,7 @@ def append_to_leading_system(conversation: Conversation, text: str, part_type: s
     entries = conversation.wire.messages(conversation.body)
     if last_system < 0 or "content" not in entries[last_system]:
         return False
-    return append_content(conversation.writable(last_system), "content", text, part_type)
+    return append_content(conversation.writable_content(last_system), "content", text, part_type)
 
 
 def openai_error_body(message: str, error_type: str, code: str) -> bytes:
