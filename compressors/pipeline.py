@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import xxhash
 
@@ -124,6 +125,7 @@ class SessionMemo:
     # fingerprint -> CCR key of its original: each original is hashed once per process
     original_keys: dict[str, str] = field(default_factory=dict)  # derived
     version: int = 0  # the saves of this session its state store had made when it was read
+    seen: SeenTexts = field(default_factory=lambda: SeenTexts())  # derived
 
     def content_of_marker(self, key: str) -> str | None:
         """Which output a marker this session sent stands for (a client may echo it back)."""
@@ -133,6 +135,61 @@ class SessionMemo:
                     for found in marker_keys(decision.text[: len(MARKER_START) + 200])[:1]:
                         self.sent_as[found] = fp.partition("#")[0]
         return self.sent_as.get(key)
+
+
+class SeenTexts:
+    """Token counts and fingerprints of the texts a session's requests carried, by identity.
+
+    A session's repeated messages arrive as the same string objects (``proxy.bodies`` parses
+    them once), so what is derived from a text is computed once too. Each entry holds its text,
+    so an id cannot stand for another object while the entry lives; after each request only
+    the entries that request used are kept.
+    """
+
+    __slots__ = ("_current", "_previous")
+
+    def __init__(self) -> None:
+        self._previous: dict[int, tuple[Any, ...]] = {}
+        self._current: dict[int, tuple[Any, ...]] = {}
+
+    def next_request(self) -> None:
+        self._previous, self._current = self._current, {}
+
+    def tokens(self, text: str) -> int:
+        entry = self._lookup(text)
+        if entry is None or len(entry) != 2:
+            entry = self._current[id(text)] = (text, estimate_tokens(text))
+        return int(entry[1])
+
+    def fingerprint(self, output: ToolOutput) -> tuple[str, int]:
+        """The output's fingerprint and its text's token count."""
+        text = output.text
+        entry = self._lookup(text)
+        if (
+            entry is None
+            or len(entry) != 5
+            or entry[1] != output.tool
+            or entry[2] != output.arguments
+        ):
+            entry = (
+                text,
+                output.tool,
+                output.arguments,
+                fingerprint(output),
+                estimate_tokens(text),
+            )
+            self._current[id(text)] = entry
+        return entry[3], entry[4]
+
+    def _lookup(self, text: str) -> tuple[Any, ...] | None:
+        key = id(text)
+        entry = self._current.get(key)
+        if entry is None:
+            entry = self._previous.get(key)
+            if entry is None or entry[0] is not text:
+                return None
+            self._current[key] = entry
+        return entry
 
 
 @dataclass(slots=True)
@@ -196,6 +253,7 @@ def compress(
     """Compress ``conversation`` in place; update ``memo``; never touch protected zones."""
     result = CompressionResult()
     items = conversation.items
+    memo.seen.next_request()
     head_end = _first_user_message(conversation)
     live_start = conversation.last_user_message
     turn = _turn_fingerprint(conversation)
@@ -317,9 +375,9 @@ def _candidates(
                 copies[content] = copies.get(content, -1) + 1
             continue
         output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""), focus)
-        content = fingerprint(output)
+        content, tokens = memo.seen.fingerprint(output)
         copy = copies[content] = copies.get(content, -1) + 1
-        found.append(_Candidate(item, output, content, f"{content}#{copy}", estimate_tokens(text)))
+        found.append(_Candidate(item, output, content, f"{content}#{copy}", tokens))
     return found
 
 
@@ -353,7 +411,8 @@ def _tail_flags(
 def _request_tokens(items: list[Item], candidates: list[_Candidate], memo: SessionMemo) -> int:
     """The request's size as it would be sent with the decisions made so far."""
     results = {id(c.item) for c in candidates}
-    total = sum(estimate_tokens(i.text) for i in items if id(i) not in results)
+    count = memo.seen.tokens
+    total = sum(count(i.text) for i in items if id(i) not in results)
     for candidate in candidates:
         decision = memo.decisions.get(candidate.fp)
         if decision is not None and decision.text is not None:
