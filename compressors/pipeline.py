@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import xxhash
 
@@ -52,6 +54,8 @@ from compressors.registry import (
 )
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Item, Kind, Role
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +142,8 @@ class SessionMemo:
 
 
 class SeenTexts:
-    """Token counts and fingerprints of the texts a session's requests carried, by identity.
+    """Token counts, fingerprints and other facts of the texts a session's requests carried, by
+    identity.
 
     A session's repeated messages arrive as the same string objects (``proxy.bodies`` parses
     them once), so what is derived from a text is computed once too. Each entry holds its text,
@@ -146,14 +151,28 @@ class SeenTexts:
     the entries that request used are kept.
     """
 
-    __slots__ = ("_current", "_previous")
+    __slots__ = ("_current", "_derived", "_derived_before", "_previous")
 
     def __init__(self) -> None:
         self._previous: dict[int, tuple[Any, ...]] = {}
         self._current: dict[int, tuple[Any, ...]] = {}
+        self._derived: dict[tuple[int, str], tuple[str, Any]] = {}
+        self._derived_before: dict[tuple[int, str], tuple[str, Any]] = {}
 
     def next_request(self) -> None:
         self._previous, self._current = self._current, {}
+        self._derived_before, self._derived = self._derived, {}
+
+    def derive(self, text: str, tag: str, compute: Callable[[str], R]) -> R:
+        """``compute(text)``, computed once per text object (and ``tag``: what is derived)."""
+        key = (id(text), tag)
+        entry = self._derived.get(key)
+        if entry is None:
+            entry = self._derived_before.get(key)
+            if entry is None or entry[0] is not text:
+                entry = (text, compute(text))
+            self._derived[key] = entry
+        return cast(R, entry[1])
 
     def tokens(self, text: str) -> int:
         entry = self._lookup(text)
@@ -331,7 +350,7 @@ def compress(
     result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
 
     if live_start > head_end:
-        stripped = _strip_old_turns(conversation, head_end, live_start, settings, result)
+        stripped = _strip_old_turns(conversation, head_end, live_start, settings, memo, result)
         if settings.cut_old_calls:
             stripped = _cut_old_calls(conversation, head_end, live_start, memo, result) or stripped
         if stripped and result.event is None and new_turn:
@@ -555,6 +574,7 @@ def _strip_old_turns(
     head_end: int,
     live_start: int,
     settings: CompressionSettings,
+    memo: SessionMemo,
     result: CompressionResult,
 ) -> bool:
     """Layer 1 for turns before the live one (the head excepted): reasoning out, whole units;
@@ -569,7 +589,7 @@ def _strip_old_turns(
             if item.kind is Kind.REASONING:
                 dropped.append(item)
             elif item.kind is Kind.TEXT and isinstance(item.value, str) and "<think" in item.value:
-                without = THINK_BLOCK.sub("", item.value)
+                without = memo.seen.derive(item.value, "think", _without_think)
                 if without != item.value:
                     result.changes.append(
                         Change(
@@ -590,7 +610,7 @@ def _strip_old_turns(
             and isinstance(item.value, str)
             and "<system-reminder>" in item.value
         ):
-            _drop_reminders(conversation, item, result)
+            _drop_reminders(conversation, item, memo, result)
     if dropped:
         _drop_reasoning(conversation, dropped, result)
     stripped = result.changed
@@ -619,9 +639,8 @@ def _cut_old_calls(
         original = item.text
         if len(original) < MIN_ARGUMENTS_CHARS:
             continue
-        fp = CALL_PREFIX + xxhash.xxh3_128_hexdigest(
-            utf8(item.tool_name or "") + b"\x00" + utf8(original)
-        )
+        tool = item.tool_name or ""
+        fp = memo.seen.derive(original, CALL_PREFIX + tool, partial(_call_fingerprint, tool))
         decision = memo.decisions.get(fp)
         if decision is None:
             cut = cut_call(value, original, _original_key(memo, fp, original))
@@ -654,21 +673,40 @@ def _cut_old_calls(
     return changed
 
 
-def _drop_reminders(conversation: Conversation, item: Item, result: CompressionResult) -> None:
+def _call_fingerprint(tool: str, arguments: str) -> str:
+    return CALL_PREFIX + xxhash.xxh3_128_hexdigest(utf8(tool) + b"\x00" + utf8(arguments))
+
+
+def _without_think(text: str) -> str:
+    return THINK_BLOCK.sub("", text)
+
+
+def _reminders_dropped(text: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """The text without its long reminders, and each dropped one: (block, key, pointer)."""
+    dropped: list[tuple[str, str, str]] = []
+
     def replace(match: re.Match[str]) -> str:
         block = match.group(0)
         if len(block) < MIN_REMINDER_CHARS:
             return block
         key = ccr_key(block)
+        pointer = marker("system reminder removed from an earlier turn", key)
+        dropped.append((block, key, pointer))
+        return pointer
+
+    return SYSTEM_REMINDER.sub(replace, text), dropped
+
+
+def _drop_reminders(
+    conversation: Conversation, item: Item, memo: SessionMemo, result: CompressionResult
+) -> None:
+    text, dropped = memo.seen.derive(item.value, "reminders", _reminders_dropped)
+    for block, key, pointer in dropped:
         result.originals[key] = block
         result.counters["reminders_dropped"] += 1
-        pointer = marker("system reminder removed from an earlier turn", key)
         change = Change(ChangeKind.REMINDER_DROPPED, item.message, len(block), len(pointer))
         change.text, change.key = pointer, key
         result.changes.append(change)
-        return pointer
-
-    text = SYSTEM_REMINDER.sub(replace, item.value)
     if text != item.value:
         conversation.set_text(item, text)
         result.changed = True

@@ -39,9 +39,11 @@ from proxy.metrics import Metrics
 from proxy.opt_out import OptOut
 from proxy.pipeline import (
     GIL_SWITCH_SECONDS,
+    LIGHT_STEP_BYTES,
     Outcome,
     Rewrite,
     RewriteRunner,
+    rewrite_light_step,
     rewrite_request,
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
@@ -299,12 +301,20 @@ class _Outbound:
 
 
 def _prepare(
-    state: ProxyState, raw: bytes, dialect: Dialect, headers: CIMultiDictProxy[str], upstream: str
-) -> tuple[Rewrite, Session | None, RequestRecord]:
-    """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``)."""
-    result = rewrite_request(
-        raw, dialect, headers, state.addons, state.stores.clock, state.opt_out, state.bodies
-    )
+    state: ProxyState,
+    raw: bytes,
+    dialect: Dialect,
+    headers: CIMultiDictProxy[str],
+    upstream: str,
+    light: bool = False,
+) -> tuple[Rewrite, Session | None, RequestRecord] | None:
+    """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``); with
+    ``light``, on the event loop, or None when the step is not a light one after all."""
+    args = (raw, dialect, headers, state.addons, state.stores.clock, state.opt_out, state.bodies)
+    found = rewrite_light_step(*args) if light else rewrite_request(*args)
+    if found is None:
+        return None
+    result = found
     session = None
     if result.session_id:
         session = state.sessions.touch(
@@ -327,6 +337,17 @@ def _prepare(
         except Exception:  # the dashboard's record never stands in a request's way
             log.exception("rewrite record not kept (session %s)", result.session_id)
     return result, session, record
+
+
+def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, raw: bytes) -> bool:
+    """Whether the request may be a light step (``proxy.pipeline.rewrite_light_step``): its
+    session's previous body, repeated, and few new bytes. Light steps are rewritten on the
+    event loop, saving the hand-over to a worker thread, when the state is in this process
+    (a shared state server is not called from the event loop)."""
+    if session_key is None or state.settings.state_url is not None:
+        return False
+    added = state.bodies.new_bytes((session_key.strip(), dialect.value), raw)
+    return added is not None and added <= LIGHT_STEP_BYTES
 
 
 def _keep_rewrite(
@@ -433,15 +454,18 @@ async def _rewritten(
     metrics.inc("deepmem_bytes_in_total", len(wire))
     if settings.log_bodies:
         log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
-    result, session, record = await state.rewrites.run(
-        request.headers.get(SESSION_HEADER) or None,
-        _prepare,
-        state,
-        raw,
-        dialect,
-        request.headers,
-        upstream.name,
-    )
+    session_key = request.headers.get(SESSION_HEADER) or None
+    prepared = None
+    if _may_be_light(state, session_key, dialect, raw):
+        prepared = await state.rewrites.run_here(
+            session_key, _prepare, state, raw, dialect, request.headers, upstream.name, True
+        )
+    if prepared is None:
+        prepared = await state.rewrites.run(
+            session_key, _prepare, state, raw, dialect, request.headers, upstream.name
+        )
+    assert prepared is not None
+    result, session, record = prepared
     forwarded = result.body if result.changed else wire  # unchanged: exactly as received
     metrics.inc("deepmem_bytes_out_total", len(forwarded))
     if result.outcome == Outcome.NOT_JSON:

@@ -38,6 +38,7 @@ class Parsed:
     exact: bool  # parsed by the stdlib: it holds an integer orjson cannot
     messages: list[Any] = field(default_factory=list)  # as parsed, before anyone edits them
     reused: int = 0  # how many of them came from the previous body
+    previous: int = 0  # how many messages the previous body had (0: no previous body)
     start: int = -1  # offset of the first message in the body's bytes; -1: not keepable
     ends: list[int] = field(default_factory=list)  # offset just past each message
 
@@ -90,6 +91,18 @@ class BodyCache:
                     parsed.start = -1
         return parsed
 
+    def new_bytes(self, key: tuple[str, str] | None, raw: bytes) -> int | None:
+        """How many bytes of messages ``raw`` adds to the session's previous body, when it
+        repeats all of that body's messages but at most the last two (None otherwise)."""
+        kept = self._kept.get(key) if key is not None else None
+        if kept is None:
+            return None
+        reused = _repeated(kept, raw)
+        if reused == 0 or reused < len(kept.ends) - 2:
+            return None
+        after_messages = len(kept.raw) - kept.ends[-1]  # the rest of the body, as before
+        return len(raw) - after_messages - kept.ends[reused - 1]
+
     def remember(self, key: tuple[str, str], raw: bytes, parsed: Parsed) -> None:
         """Keep ``raw`` as the session's body to parse the next request against."""
         if parsed.start < 0 or len(parsed.ends) != len(parsed.messages):
@@ -133,7 +146,7 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
         return None
     messages = kept.messages[:reused] + tail
     body[wire.messages_key] = list(messages)
-    parsed = Parsed(body, False, messages, reused, kept.start, kept.ends[:reused])
+    parsed = Parsed(body, False, messages, reused, len(kept.ends), kept.start, kept.ends[:reused])
     _locate(parsed, raw, after, reused)
     return parsed
 

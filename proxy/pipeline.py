@@ -31,6 +31,7 @@ from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
 log = logging.getLogger("deepmem.pipeline")
 
 T = TypeVar("T")
+LIGHT_STEP_BYTES = 32 * 1024  # of new messages: a step rewritten on the event loop
 # Requests of a session that the next one does not extend: they do not replace its body.
 ONE_OFF_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 REWRITE_WORKERS = 4
@@ -86,6 +87,47 @@ def rewrite_request(
     """Never raises: every failure path returns the original bytes, and so does a request
     ``opt_out`` names (before any addon runs). With ``bodies``, a request of a session that
     names itself is parsed only from where it differs from the session's previous one."""
+    rewrite = _rewrite(raw, dialect, headers, addons, clock, opt_out, bodies, light_only=False)
+    assert rewrite is not None
+    return rewrite
+
+
+def rewrite_light_step(
+    raw: bytes,
+    dialect: Dialect,
+    headers: Any,
+    addons: Sequence[Addon],
+    clock: RequestClock | None,
+    opt_out: OptOut | None,
+    bodies: BodyCache,
+) -> Rewrite | None:
+    """``rewrite_request`` for a step that is cheap to rewrite, or None (before any addon
+    ran) when it is not: a session's next agent step that adds at most ``LIGHT_STEP_BYTES``
+    of messages to its previous request and begins no user turn (a new turn's memory recall
+    and rewrites are the expensive work). The proxy runs such steps on its event loop."""
+    return _rewrite(raw, dialect, headers, addons, clock, opt_out, bodies, light_only=True)
+
+
+def _light(parsed: Parsed, conversation: Conversation, kind: RequestKind) -> bool:
+    return (
+        kind is RequestKind.AGENT
+        and parsed.reused > 0
+        and conversation.last_user_message < parsed.previous
+        and parsed.ends[-1] - parsed.ends[parsed.reused - 1] <= LIGHT_STEP_BYTES
+    )
+
+
+def _rewrite(
+    raw: bytes,
+    dialect: Dialect,
+    headers: Any,
+    addons: Sequence[Addon],
+    clock: RequestClock | None,
+    opt_out: OptOut | None,
+    bodies: BodyCache | None,
+    *,
+    light_only: bool,
+) -> Rewrite | None:
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
     given = headers.get(SESSION_HEADER, "").strip()
     key = (given, dialect.value) if bodies is not None and given else None
@@ -119,6 +161,8 @@ def rewrite_request(
             )
         if not addons:
             return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+        if light_only and not (parsed.start >= 0 and _light(parsed, conversation, kind)):
+            return None
         if key is not None and parsed.start >= 0:
             conversation.share_messages()  # objects of the session's previous and next request
         idle = _idle_seconds(clock, session_id)
@@ -230,6 +274,22 @@ class RewriteRunner:
     def _release(self, key: str, lock: asyncio.Lock) -> None:
         lock.release()
         self._leave(key)
+
+    async def run_here(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the event loop itself, after the session's earlier requests (and
+        their deferred work): for rewrites that cost less than handing them to a thread."""
+        if session_key is None:
+            return fn(*args)
+        lock = self._join(session_key)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave(session_key)
+            raise
+        try:
+            return fn(*args)
+        finally:
+            self._release(session_key, lock)
 
     def run_after(self, session_key: str | None, work: Sequence[Callable[[], None]]) -> None:
         """Start ``work`` (a flow's deferred jobs) in the background, in order, after the

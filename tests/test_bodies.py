@@ -179,3 +179,59 @@ def test_incremental_and_whole_parses_forward_the_same_bytes(
             if kept is not None:  # never edited by the addons
                 list_key = FORMATS[rendered.dialect].messages_key
                 assert kept.messages == orjson.loads(raw)[list_key]
+
+
+# --- light steps on the event loop ---------------------------------------------------------
+
+
+async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_workers(
+    start_proxy, upstream, client
+) -> None:
+    import threading
+
+    from tests.addons import Hook
+
+    where: list[str] = []
+
+    def spy(conversation, flow) -> bool:
+        where.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
+        return False
+
+    proxy = await start_proxy([Hook(spy)], upstream=[f"{upstream.url}/v1"])
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+
+    def step(output: str) -> list[dict[str, Any]]:
+        call = f"call_{len(messages)}"
+        return [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call, "content": output},
+        ]
+
+    plan = [
+        [{"role": "user", "content": "first"}],  # nothing kept yet: a worker
+        step("small"),  # a step of a few bytes: the loop
+        step("x" * 40_000),  # more new bytes than a light step has: a worker
+        step("small again"),  # the loop
+        [{"role": "user", "content": "a new turn"}],  # a user turn (memory recall): a worker
+    ]
+    for added in plan:
+        messages.extend(added)
+        body = orjson.dumps({"model": "m", "messages": messages, "tools": tools})
+        async with client.post(
+            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_l"}
+        ) as response:
+            assert response.status == 200
+            await response.read()
+    assert where == ["worker", "loop", "worker", "loop", "worker"]
+    assert [r.body for r in upstream.requests][-1] == body  # the spy changed nothing

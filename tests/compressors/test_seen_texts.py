@@ -27,3 +27,21 @@ def test_only_what_the_last_request_used_is_kept() -> None:
     seen.tokens(kept)
     seen.next_request()
     assert [entry[0] for entry in seen._previous.values()] == [kept]
+
+
+def test_a_derived_fact_is_computed_once_per_text_object_and_tag() -> None:
+    seen = SeenTexts()
+    calls: list[str] = []
+
+    def upper(text: str) -> str:
+        calls.append(text)
+        return text.upper()
+
+    text = "".join(["<think>", "x" * 50])  # built at run time: not an interned constant
+    twin = "".join(["<think>", "x" * 50])
+    assert seen.derive(text, "upper", upper) == text.upper()
+    seen.next_request()
+    assert seen.derive(text, "upper", upper) == text.upper()
+    assert seen.derive(twin, "upper", upper) == text.upper()  # equal, but another object
+    assert seen.derive(text, "other", upper) == text.upper()  # another fact of the same text
+    assert len(calls) == 3
