@@ -5,9 +5,11 @@
 
 Every transcript of DIR is replayed in each wire format (chat, anthropic, responses) the way
 ``deepmem replay`` does it: request k is ``messages[:k]``, one session per transcript, through
-the same rewrite hook and stores. The digest of a request is the key scheme's hash of the exact
-bytes forwarded upstream. ``--compare`` replays again and lists every request whose digest
-differs from the recorded one (exit status 1 when any does).
+the same rewrite hook and stores, each request followed by the work it deferred
+(``Flow.defer``: compressions computed ahead), as the proxy runs it once the answer is out.
+The digest of a request is the key scheme's hash of the exact bytes forwarded upstream.
+``--compare`` replays again and lists every request whose digest differs from the recorded one
+(exit status 1 when any does).
 
 ``--memory`` adds project memory to the request path, as the proxy runs it: each transcript
 gets a fresh project whose ``MEMORY.md`` holds a few entries (English and Chinese) and whose
@@ -122,8 +124,10 @@ def _digests(
         if message.get("role") != "assistant" or k == 0:
             continue
         raw = orjson.dumps(request_body(dialect, messages[:k], tools))
-        forwarded = rewrite_request(raw, DIALECTS[dialect], headers, addons, bodies=bodies).body
-        digests.append(ccr_key(forwarded.decode("utf-8", "surrogatepass")))
+        rewrite = rewrite_request(raw, DIALECTS[dialect], headers, addons, bodies=bodies)
+        digests.append(ccr_key(rewrite.body.decode("utf-8", "surrogatepass")))
+        for job in rewrite.flow.after if rewrite.flow is not None else ():
+            job()  # what the proxy runs once the answer is out (compressions computed ahead)
     return digests
 
 

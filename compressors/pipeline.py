@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import xxhash
 
@@ -115,6 +115,28 @@ class Decision:
     level: int = 0
     text: str | None = None
     final: bool = False
+
+
+# What one output's compression depends on: its content (tool, arguments, text), the task's
+# focus terms, the level, the arrival filter of kinds (None: any) and the settings.
+CompressionKey = tuple[str, frozenset[str], int, frozenset[str] | None, CompressionSettings]
+
+
+@dataclass(frozen=True, slots=True)
+class Precomputed:
+    """One output's compression at one level, computed ahead (``precompute``): the decision
+    ``_compress_one`` makes and the counter it adds (``compressed:<name>``), if any."""
+
+    level: int
+    text: str | None
+    final: bool
+    counter: str | None = None
+
+
+class Compressions(Protocol):
+    """Where ``compress`` finds compressions computed ahead, by ``compression_key``."""
+
+    def get(self, key: CompressionKey) -> Precomputed | None: ...
 
 
 @dataclass(slots=True)
@@ -221,6 +243,8 @@ class CompressionResult:
     tokens_before: int = 0
     tokens_after: int = 0
     changes: list[Change] = field(default_factory=list)  # what was changed, item by item
+    # Outputs sent in full that a later request will compress (``precompute``), in order.
+    kept_in_full: list[KeptOutput] = field(default_factory=list)
 
 
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
@@ -242,6 +266,9 @@ class _Candidate:
     content: str  # fingerprint of tool, arguments and text: equal for duplicates
     fp: str  # the decision key: ``content`` and which copy this is, in history order
     tokens: int
+
+
+KeptOutput = _Candidate  # an output a request sent in full, for ``precompute``
 
 
 def _latest_step_calls(items: list[Item]) -> set[str]:
@@ -268,8 +295,11 @@ def compress(
     settings: CompressionSettings,
     *,
     cache_cold: bool = False,
+    ahead: Compressions | None = None,
 ) -> CompressionResult:
-    """Compress ``conversation`` in place; update ``memo``; never touch protected zones."""
+    """Compress ``conversation`` in place; update ``memo``; never touch protected zones.
+    ``ahead`` holds compressions computed beforehand (``precompute``): the result is the same
+    with or without it, only sooner."""
     result = CompressionResult()
     items = conversation.items
     memo.seen.next_request()
@@ -344,10 +374,13 @@ def compress(
             else:
                 duplicate = not candidate.fp.endswith("#0")
                 work += 0 if duplicate else len(candidate.output.text)  # pointers are free
-                decision = _compress_one(candidate, duplicate, memo.level, settings, result)
+                decision = _compress_one(
+                    candidate, duplicate, memo.level, settings, result, ahead=ahead
+                )
                 _decide(memo, result, candidate.fp, decision)
         _apply(conversation, candidate, memo.decisions[candidate.fp], memo, result)
     result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
+    result.kept_in_full = [c for c in candidates if _kept_in_full(c, memo)]
 
     if live_start > head_end:
         stripped = _strip_old_turns(conversation, head_end, live_start, settings, memo, result)
@@ -502,14 +535,22 @@ def _compress_one(
     settings: CompressionSettings,
     result: CompressionResult,
     kinds: frozenset[str] | None = None,
+    ahead: Compressions | None = None,
 ) -> Decision:
     text = candidate.output.text
-    key = ccr_key(text)
     if duplicate:
         tool = candidate.output.tool or "tool"
-        pointer = marker(f"{DUPLICATE_POINTER} {tool} output with the same arguments", key)
+        pointer = marker(
+            f"{DUPLICATE_POINTER} {tool} output with the same arguments", ccr_key(text)
+        )
         result.counters["dedup"] += 1
         return Decision(level=level, text=pointer)
+    if ahead is not None:
+        found = ahead.get(compression_key(candidate, level, settings, kinds))
+        if found is not None:
+            if found.counter is not None:
+                result.counters[found.counter] += 1
+            return Decision(found.level, found.text, found.final)
     last_level = level >= len(settings.level_ratios)
     budget = settings.budget(text, level)
     if is_subagent_report(candidate.output):  # a long report is cut to about the size of a
@@ -521,11 +562,57 @@ def _compress_one(
     name, compressed = outcome
     if kinds is not None and name not in kinds:
         return Decision(level=level)
-    replacement = marker(compressed.omitted, key) + "\n" + compressed.text
+    replacement = marker(compressed.omitted, ccr_key(text)) + "\n" + compressed.text
     if not settings.pays_off(candidate.tokens, estimate_tokens(replacement)):
         return Decision(level=level, final=last_level)
     result.counters[f"compressed:{name}"] += 1
     return Decision(level=level, text=replacement)
+
+
+def compression_key(
+    candidate: _Candidate,
+    level: int,
+    settings: CompressionSettings,
+    kinds: frozenset[str] | None = None,
+) -> CompressionKey:
+    return (candidate.content, candidate.output.focus, level, kinds, settings)
+
+
+def _kept_in_full(candidate: _Candidate, memo: SessionMemo) -> bool:
+    """Sent in full, neither final nor a copy (a copy becomes a pointer): a later request
+    compresses it, when it leaves the protected tail or the work cap lets it."""
+    decision = memo.decisions.get(candidate.fp)
+    return (
+        decision is not None
+        and decision.level == 0
+        and not decision.final
+        and candidate.fp.endswith("#0")
+    )
+
+
+def precompute(
+    kept_in_full: Sequence[KeptOutput],
+    level: int,
+    settings: CompressionSettings,
+    known: Container[CompressionKey] = (),
+) -> list[tuple[CompressionKey, Precomputed]]:
+    """The compressions a later request will most likely make of the outputs a request sent
+    in full (``CompressionResult.kept_in_full``): at ``level`` (the session's), in history
+    order up to the work cap, as ``compress`` does them; those ``known`` are skipped."""
+    found: list[tuple[CompressionKey, Precomputed]] = []
+    work = 0
+    for candidate in kept_in_full:
+        if work >= settings.max_work_chars:
+            break
+        work += len(candidate.output.text)
+        key = compression_key(candidate, level, settings)
+        if key in known:
+            continue
+        scratch = CompressionResult()
+        decision = _compress_one(candidate, False, level, settings, scratch)
+        counter = next(iter(scratch.counters), None)
+        found.append((key, Precomputed(decision.level, decision.text, decision.final, counter)))
+    return found
 
 
 def _original_key(memo: SessionMemo, fp: str, original: str) -> str:

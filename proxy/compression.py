@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compressors.changes import Change
-from compressors.pipeline import CompressionResult, CompressionSettings, compress
+from compressors.pipeline import (
+    CompressionKey,
+    CompressionResult,
+    CompressionSettings,
+    KeptOutput,
+    Precomputed,
+    compress,
+    precompute,
+)
 from compressors.registry import DEFAULT_PROTECTED_TOOLS
 from compressors.view import Conversation
 from memory.interfaces import DecisionMemos, Originals
@@ -30,6 +41,11 @@ STATE_WRITES = "state_db_writes"  # the /health component for failed originals a
 SKIPPED_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 # The compressors' own defaults are the options' defaults: each is written once, there.
 _DEFAULTS = CompressionSettings()
+# Compressions computed ahead are kept for the next requests: a bound on the replacement
+# text they hold (characters) and on their number, whichever comes first.
+AHEAD_CHARS = 32_000_000
+AHEAD_ENTRIES = 8_192
+AHEAD_ENTRY_CHARS = 200  # what an entry costs besides its text: key, object, list node
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -113,15 +129,72 @@ class CompressionReport:
         return self.result.changes
 
 
+class AheadCache:
+    """Compressions computed after an answer has been relayed, for the request that will need
+    them (``compressors.pipeline.precompute``): least recently used out first, bounded by
+    ``max_chars`` and ``max_entries``. Shared by every session's worker thread."""
+
+    def __init__(self, max_chars: int = AHEAD_CHARS, max_entries: int = AHEAD_ENTRIES) -> None:
+        self.max_chars, self.max_entries = max_chars, max_entries
+        self._entries: OrderedDict[CompressionKey, Precomputed] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: CompressionKey) -> Precomputed | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return found
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put_many(self, entries: Iterable[tuple[CompressionKey, Precomputed]]) -> None:
+        with self._lock:
+            for key, value in entries:
+                old = self._entries.pop(key, None)
+                if old is not None:
+                    self._chars -= _entry_chars(old)
+                self._entries[key] = value
+                self._chars += _entry_chars(value)
+            while self._entries and (
+                len(self._entries) > self.max_entries or self._chars > self.max_chars
+            ):
+                _, gone = self._entries.popitem(last=False)
+                self._chars -= _entry_chars(gone)
+
+    @property
+    def chars(self) -> int:
+        return self._chars
+
+
+def _entry_chars(entry: Precomputed) -> int:
+    return AHEAD_ENTRY_CHARS + len(entry.text or "")
+
+
 @dataclass
 class CompressionStage:
-    """An addon: compresses agent requests, keeps originals in CCR, persists decisions."""
+    """An addon: compresses agent requests, keeps originals in CCR, persists decisions.
+
+    Once a request's answer has been relayed, it compresses the outputs that request sent in
+    full, as the next request will (``AheadCache``): the next request finds them done."""
 
     settings: CompressionSettings
     memos: DecisionMemos
     originals: Originals
     cache_ttl: float = 300.0
     health: Health | None = None
+    ahead: AheadCache = field(default_factory=AheadCache)
 
     def request(self, conversation: Conversation, flow: Flow) -> bool:
         if flow.kind in SKIPPED_KINDS:
@@ -129,7 +202,9 @@ class CompressionStage:
         try:
             memo = self.memos.load(flow.session_id)
             cold = flow.idle_seconds is not None and flow.idle_seconds > self.cache_ttl
-            result: CompressionResult = compress(conversation, memo, self.settings, cache_cold=cold)
+            result: CompressionResult = compress(
+                conversation, memo, self.settings, cache_cold=cold, ahead=self.ahead
+            )
             # Originals first: a marker may go upstream only once its original is committed.
             if result.originals:
                 self.originals.put_many(result.originals)
@@ -147,4 +222,11 @@ class CompressionStage:
         if self.health is not None:
             self.health.clear(STATE_WRITES)
         flow.reports.append(CompressionReport(result))
+        if result.kept_in_full:
+            kept, level = result.kept_in_full, memo.level
+            flow.defer(lambda: self.compress_ahead(kept, level))
         return result.changed
+
+    def compress_ahead(self, kept: list[KeptOutput], level: int) -> None:
+        """Deferred work: compress what a request sent in full, at the level it will get."""
+        self.ahead.put_many(precompute(kept, level, self.settings, self.ahead))
