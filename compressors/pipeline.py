@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar, cast
@@ -45,7 +45,7 @@ from compressors.calls import MIN_ARGUMENTS_CHARS, cut_call
 from compressors.changes import Change, ChangeKind
 from compressors.focus import task_terms
 from compressors.markers import MARKER_START, ccr_key, marker, marker_keys, utf8
-from compressors.outputs import Budget, ToolOutput
+from compressors.outputs import Budget, Compressed, ToolOutput
 from compressors.registry import (
     DEFAULT_PROTECTED_TOOLS,
     compress_output,
@@ -243,8 +243,11 @@ class CompressionResult:
     tokens_before: int = 0
     tokens_after: int = 0
     changes: list[Change] = field(default_factory=list)  # what was changed, item by item
-    # Outputs sent in full that a later request will compress (``precompute``), in order.
-    kept_in_full: list[KeptOutput] = field(default_factory=list)
+    # Outputs sent in full that a later request will compress (``precompute``), in order,
+    # and per-tool compressions this request made but did not send (on arrival, of a kind not
+    # compressed then), by the key a later request looks them up with.
+    kept_in_full: list[_Candidate] = field(default_factory=list)
+    spare: dict[CompressionKey, tuple[str, Compressed] | None] = field(default_factory=dict)
 
 
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
@@ -266,9 +269,6 @@ class _Candidate:
     content: str  # fingerprint of tool, arguments and text: equal for duplicates
     fp: str  # the decision key: ``content`` and which copy this is, in history order
     tokens: int
-
-
-KeptOutput = _Candidate  # an output a request sent in full, for ``precompute``
 
 
 def _latest_step_calls(items: list[Item]) -> set[str]:
@@ -551,22 +551,38 @@ def _compress_one(
             if found.counter is not None:
                 result.counters[found.counter] += 1
             return Decision(found.level, found.text, found.final)
-    last_level = level >= len(settings.level_ratios)
     budget = settings.budget(text, level)
     if is_subagent_report(candidate.output):  # a long report is cut to about the size of a
         report_chars = settings.whole_report_tokens * 4 // level  # whole one, not to a tenth
         budget = replace(budget, max_chars=max(budget.max_chars, report_chars))
     outcome = compress_output(candidate.output, budget)
-    if outcome is None:
-        return Decision(level=level, final=last_level)
-    name, compressed = outcome
-    if kinds is not None and name not in kinds:
+    if kinds is not None and (outcome is None or outcome[0] not in kinds):
+        # Not sent: what a later request would compute at this level, for ``precompute``.
+        result.spare[compression_key(candidate, level, settings)] = outcome
         return Decision(level=level)
-    replacement = marker(compressed.omitted, ccr_key(text)) + "\n" + compressed.text
+    decision, counter = _decision(candidate, level, settings, outcome)
+    if counter is not None:
+        result.counters[counter] += 1
+    return decision
+
+
+def _decision(
+    candidate: _Candidate,
+    level: int,
+    settings: CompressionSettings,
+    outcome: tuple[str, Compressed] | None,
+) -> tuple[Decision, str | None]:
+    """The decision a per-tool compressor's outcome makes, and the counter it adds."""
+    last_level = level >= len(settings.level_ratios)
+    if outcome is None:
+        return Decision(level=level, final=last_level), None
+    name, compressed = outcome
+    replacement = (
+        marker(compressed.omitted, ccr_key(candidate.output.text)) + "\n" + compressed.text
+    )
     if not settings.pays_off(candidate.tokens, estimate_tokens(replacement)):
-        return Decision(level=level, final=last_level)
-    result.counters[f"compressed:{name}"] += 1
-    return Decision(level=level, text=replacement)
+        return Decision(level=level, final=last_level), None
+    return Decision(level=level, text=replacement), f"compressed:{name}"
 
 
 def compression_key(
@@ -591,26 +607,30 @@ def _kept_in_full(candidate: _Candidate, memo: SessionMemo) -> bool:
 
 
 def precompute(
-    kept_in_full: Sequence[KeptOutput],
+    result: CompressionResult,
     level: int,
     settings: CompressionSettings,
     known: Container[CompressionKey] = (),
 ) -> list[tuple[CompressionKey, Precomputed]]:
-    """The compressions a later request will most likely make of the outputs a request sent
-    in full (``CompressionResult.kept_in_full``): at ``level`` (the session's), in history
-    order up to the work cap, as ``compress`` does them; those ``known`` are skipped."""
+    """The compressions a later request will most likely make of the outputs ``result``'s
+    request sent in full (``kept_in_full``): at ``level`` (the session's), in history order up
+    to the work cap, as ``compress`` makes them, from what the request computed but did not
+    send when it can (``spare``); those ``known`` are skipped."""
     found: list[tuple[CompressionKey, Precomputed]] = []
     work = 0
-    for candidate in kept_in_full:
+    for candidate in result.kept_in_full:
         if work >= settings.max_work_chars:
             break
         work += len(candidate.output.text)
         key = compression_key(candidate, level, settings)
         if key in known:
             continue
-        scratch = CompressionResult()
-        decision = _compress_one(candidate, False, level, settings, scratch)
-        counter = next(iter(scratch.counters), None)
+        if key in result.spare:
+            decision, counter = _decision(candidate, level, settings, result.spare[key])
+        else:
+            scratch = CompressionResult()
+            decision = _compress_one(candidate, False, level, settings, scratch)
+            counter = next(iter(scratch.counters), None)
         found.append((key, Precomputed(decision.level, decision.text, decision.final, counter)))
     return found
 

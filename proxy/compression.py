@@ -13,7 +13,6 @@ from compressors.pipeline import (
     CompressionKey,
     CompressionResult,
     CompressionSettings,
-    KeptOutput,
     Precomputed,
     compress,
     precompute,
@@ -223,10 +222,10 @@ class CompressionStage:
             self.health.clear(STATE_WRITES)
         flow.reports.append(CompressionReport(result))
         if result.kept_in_full:
-            kept, level = result.kept_in_full, memo.level
-            flow.defer(lambda: self.compress_ahead(kept, level))
+            level = memo.level
+            flow.defer(lambda: self.compress_ahead(result, level))
         return result.changed
 
-    def compress_ahead(self, kept: list[KeptOutput], level: int) -> None:
+    def compress_ahead(self, result: CompressionResult, level: int) -> None:
         """Deferred work: compress what a request sent in full, at the level it will get."""
-        self.ahead.put_many(precompute(kept, level, self.settings, self.ahead))
+        self.ahead.put_many(precompute(result, level, self.settings, self.ahead))

@@ -43,7 +43,7 @@ def build_log(lines: int = 500) -> str:
     )
 
 
-def agent_requests() -> list[JsonObject]:
+def agent_requests(read_lines: int = 100) -> list[JsonObject]:
     """A session as a client sends it: each step reads a file or runs a build, and each
     request carries every earlier step. The last build's log is large enough to be compressed
     on arrival, the other outputs are sent in full while they are the latest step's."""
@@ -57,7 +57,11 @@ def agent_requests() -> list[JsonObject]:
         tool, arguments, output = (
             ("bash", {"command": "make"}, build_log(100 if index < 5 else 500))
             if index in (2, 5)
-            else ("read", {"filePath": f"/repo/f{index}.py"}, numbered_file(f"f{index}", 100))
+            else (
+                "read",
+                {"filePath": f"/repo/f{index}.py"},
+                numbered_file(f"f{index}", read_lines),
+            )
         )
         messages += [
             {
@@ -84,6 +88,7 @@ class Sent:
     decisions: dict[str, Decision]
     event: str | None
     compressor_calls: int  # per-tool compressions run by ``compress`` itself
+    ahead_calls: int = 0  # and by ``precompute`` after it
 
 
 @dataclass
@@ -119,7 +124,9 @@ def replay(
             )
         )
         if ahead is not None:
-            ahead.put_many(precompute(result.kept_in_full, memo.level, settings, ahead))
+            before = calls.count
+            ahead.put_many(precompute(result, memo.level, settings, ahead))
+            sent[-1].ahead_calls = calls.count - before
     return sent
 
 
@@ -155,7 +162,24 @@ def test_a_warmed_session_forwards_the_same_bytes_without_compressing_again(call
     )
     # ... with them computed ahead, only the arrival is left on the request path.
     assert [s.compressor_calls for s in warm] == [0, 0, 0, 0, 0, 1]
+    assert [s.ahead_calls for s in warm] == [1, 1, 1, 1, 1, 0]
     assert (ahead.hits, ahead.misses) == (5, 0)
+
+
+def test_what_arrival_computed_but_did_not_send_is_not_computed_again(calls: Calls) -> None:
+    """A large file read is compressed on arrival only to find it is not of a kind sent
+    compressed then; that compression is the one the next request makes, and is kept."""
+    requests = [(Dialect.OPENAI_CHAT, request) for request in agent_requests(read_lines=400)]
+    settings = CompressionSettings()
+    cold = replay(requests, settings, None, calls)
+    warm = replay(requests, settings, AheadCache(), calls)
+    assert [s.body for s in warm] == [s.body for s in cold]
+    assert [s.counters for s in warm] == [s.counters for s in cold]
+    assert [s.decisions for s in warm] == [s.decisions for s in cold]
+    # Reads arrive at 0, 1, 3, 4, the large log at 5 (compressed on arrival and sent so).
+    assert [s.compressor_calls for s in cold] == [1, 2, 1, 2, 2, 2]
+    assert [s.compressor_calls for s in warm] == [1, 1, 0, 1, 1, 1]  # the arrivals only
+    assert [s.ahead_calls for s in warm] == [0, 0, 1, 0, 0, 0]  # the small log of step 2
 
 
 def test_a_compression_made_for_another_level_or_focus_is_not_used(calls: Calls) -> None:
@@ -176,7 +200,7 @@ def test_a_compression_made_for_another_level_or_focus_is_not_used(calls: Calls)
         compression_key(kept, 1, settings, settings.arrival_kinds),
     ]
     assert len({key, *others}) == 5
-    [(found_key, found)] = precompute(result.kept_in_full, 1, settings)
+    [(found_key, found)] = precompute(result, 1, settings)
     assert found_key == key and found.text is not None and found.counter == "compressed:file_read"
 
 
