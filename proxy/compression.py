@@ -40,10 +40,12 @@ STATE_WRITES = "state_db_writes"  # the /health component for failed originals a
 SKIPPED_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 # The compressors' own defaults are the options' defaults: each is written once, there.
 _DEFAULTS = CompressionSettings()
-# Compressions computed ahead are kept for the next requests: a bound on the replacement
-# text they hold (characters) and on their number, whichever comes first.
-AHEAD_CHARS = 32_000_000
-AHEAD_ENTRIES = 8_192
+# Compressions computed ahead, kept for the next requests: a bound on the replacement text
+# they hold (characters) and on their number, whichever comes first. Each is wanted by its
+# session's next request, so the bound only has to cover the sessions active at once (a
+# step's outputs compress to some ten thousand characters).
+AHEAD_CHARS = 8_000_000
+AHEAD_ENTRIES = 4_096
 AHEAD_ENTRY_CHARS = 200  # what an entry costs besides its text: key, object, list node
 
 
