@@ -100,11 +100,14 @@ class Conversation:
     removed_messages: list[int] = field(default_factory=list)
     _shared: bool = False  # the messages' containers are shared: copy before editing
     _owned: set[int] = field(default_factory=set)  # ids of the containers copied since
+    _messages: list[Any] = field(default_factory=list)  # the body's message list, when shared
+    _message_of_item: list[int] | None = None  # item.message of each item, for bisection
 
     def share_messages(self) -> None:
         """Treat every wire message as shared with other requests: its containers are copied
         (only those on the way to what changes) before an edit."""
         self._shared = True
+        self._messages = self.wire.messages(self.body)
 
     def writable(self, index: int, *keys: str | int) -> Any:
         """Wire message ``index`` (of the body as it is now), or the value at ``keys`` inside
@@ -122,8 +125,8 @@ class Conversation:
     def writable_holder(self, item: Item) -> Any:
         """The container the item's value lives in, safe to change in place."""
         if item.message >= 0 and self._shared and id(item.holder) not in self._owned:
-            messages = self.wire.messages(self.body)
-            keys = _keys_to(messages[item.message], item.holder)
+            message = self._messages[item.message]
+            keys = [] if message is item.holder else _keys_to(message, item.holder)
             if keys is None:  # never write into what another request may read
                 raise RuntimeError(f"item of message {item.message} not found in it")
             self._own([item.message, *keys])
@@ -139,11 +142,12 @@ class Conversation:
     def _own(self, keys: list[Any]) -> Any:
         """Copy every container from the message list down ``keys`` that is still shared,
         point the message's items at the copies, and return the value at the end."""
-        current: Any = self.wire.messages(self.body)
         if not self._shared:
+            current: Any = self.wire.messages(self.body)
             for key in keys:
                 current = current[key]
             return current
+        current = self._messages
         moved: dict[int, Any] = {}
         for key in keys:
             value = current[key]
@@ -163,10 +167,11 @@ class Conversation:
 
     def _items_of(self, index: int) -> list[Item]:
         """The items of wire message ``index``: a run of the list, which is in wire order."""
-        items = self.items
-        low = bisect.bisect_left(items, index, key=_message_of)
-        high = bisect.bisect_right(items, index, lo=low, key=_message_of)
-        return items[low:high]
+        if self._message_of_item is None or len(self._message_of_item) != len(self.items):
+            self._message_of_item = [item.message for item in self.items]
+        numbers = self._message_of_item
+        low = bisect.bisect_left(numbers, index)
+        return self.items[low : bisect.bisect_right(numbers, index, lo=low)]
 
     def arrived_index(self, message: int) -> int:
         """The index wire message ``message`` (of the body as it is now) had as it arrived."""
@@ -236,11 +241,9 @@ class Conversation:
     def drop_reasoning(self, items: list[Item]) -> int:
         """Remove these reasoning items whole, where the format allows it, from the body and
         from this view (later stages append by message index); how many went."""
-        return self.wire.drop_reasoning(self, items)
-
-
-def _message_of(item: Item) -> int:
-    return item.message
+        dropped = self.wire.drop_reasoning(self, items)
+        self._message_of_item = None  # items went, and Responses renumbers the rest
+        return dropped
 
 
 def _keys_to(root: Any, holder: Any) -> list[Any] | None:
