@@ -15,9 +15,10 @@ objects themselves are never changed.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from compressors import jsontext
@@ -103,11 +104,18 @@ class Conversation:
     _messages: list[Any] = field(default_factory=list)  # the body's message list, when shared
     _message_of_item: list[int] | None = None  # item.message of each item, for bisection
 
-    def share_messages(self) -> None:
+    _edits: EditMemo | None = None  # the session's edits of shared containers
+
+    def share_messages(self, edits: EditMemo | None = None) -> None:
         """Treat every wire message as shared with other requests: its containers are copied
-        (only those on the way to what changes) before an edit."""
+        (only those on the way to what changes) before an edit. With ``edits`` (the session's,
+        kept across its requests), an edit made before to the same shared container gives
+        the same result object again instead of a new copy."""
         self._shared = True
         self._messages = self.wire.messages(self.body)
+        self._edits = edits
+        if edits is not None:
+            edits.next_request()
 
     def writable(self, index: int, *keys: str | int) -> Any:
         """Wire message ``index`` (of the body as it is now), or the value at ``keys`` inside
@@ -137,7 +145,74 @@ class Conversation:
 
     def set_value(self, item: Item, value: Any) -> None:
         """Replace the item's value (a tool call's arguments keep their wire shape)."""
-        self.writable_holder(item)[item.key] = value
+        if self._edits is None or not self._shared or item.message < 0:
+            self.writable_holder(item)[item.key] = value
+        elif id(item.holder) in self._owned:
+            item.holder[item.key] = value
+        else:
+            key = item.key
+            self._replace(item, ("set", key, id(value)), (value,), partial(_with, key, value))
+
+    def remove_value(self, item: Item) -> None:
+        """Remove the item's key from its holder (a reasoning field dropped whole)."""
+        if self._edits is None or not self._shared or item.message < 0:
+            self.writable_holder(item).pop(item.key, None)
+        elif id(item.holder) in self._owned:
+            item.holder.pop(item.key, None)
+        else:
+            self._replace(item, ("pop", item.key), (), partial(_without_key, item.key))
+
+    def remove_part(self, item: Item, index: int, key: str) -> None:
+        """Remove the item's holder from the list at ``key`` of wire message ``index`` (a
+        thinking block dropped whole)."""
+        parts = self._messages[index][key] if self._shared else None
+        if self._edits is None or parts is None or id(parts) in self._owned:
+            parts = self.writable(index, key)
+            parts[:] = [part for part in parts if part is not item.holder]
+            return
+        part = item.holder
+        new = self._edits.edited(
+            parts, ("without", id(part)), (part,), partial(_without_part, part)
+        )
+        self._replace_path(index, [key], parts, new)
+
+    def _replace(
+        self, item: Item, op: tuple[Any, ...], refs: tuple[Any, ...], make: Callable[[Any], Any]
+    ) -> None:
+        """Apply ``make`` to the item's (shared) holder through the session's edit memo."""
+        assert self._edits is not None
+        message = self._messages[item.message]
+        keys = [] if message is item.holder else _keys_to(message, item.holder)
+        if keys is None:  # never write into what another request may read
+            raise RuntimeError(f"item of message {item.message} not found in it")
+        self._replace_path(
+            item.message, keys, item.holder, self._edits.edited(item.holder, op, refs, make)
+        )
+
+    def _replace_path(self, index: int, keys: list[Any], old: Any, new: Any) -> None:
+        """Put ``new`` where ``old`` is (at ``keys`` in wire message ``index``), replacing each
+        shared container above it by its edited version, and point the items at them."""
+        assert self._edits is not None
+        chain = [self._messages[index]]
+        for key in keys[:-1]:
+            chain.append(chain[-1][key])
+        replaced = {id(old): new}
+        for depth in range(len(keys) - 1, -1, -1):
+            parent, key = chain[depth], keys[depth]
+            if id(parent) in self._owned:  # private: it and everything above are in place
+                parent[key] = new
+                break
+            child = new
+            new = self._edits.edited(
+                parent, ("child", key, id(child)), (child,), partial(_with, key, child)
+            )
+            replaced[id(parent)] = new
+        else:
+            self._messages[index] = new
+        for item in self._items_of(index):
+            moved = replaced.get(id(item.holder))
+            if moved is not None:
+                item.holder = moved
 
     def _own(self, keys: list[Any]) -> Any:
         """Copy every container from the message list down ``keys`` that is still shared,
@@ -244,6 +319,63 @@ class Conversation:
         dropped = self.wire.drop_reasoning(self, items)
         self._message_of_item = None  # items went, and Responses renumbers the rest
         return dropped
+
+
+class EditMemo:
+    """The edits a session's requests made to shared containers (``Conversation.share_messages``),
+    kept from one request to the next: re-applying last request's compression to the same
+    parsed objects gives last request's result objects, a lookup instead of a copy. Results are
+    shared too (never changed in place); each entry holds the objects its key names by id, and
+    only the entries the last request used are kept."""
+
+    __slots__ = ("_current", "_previous")
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple[int, tuple[Any, ...]], tuple[Any, tuple[Any, ...], Any]] = {}
+        self._current: dict[tuple[int, tuple[Any, ...]], tuple[Any, tuple[Any, ...], Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._current)
+
+    def next_request(self) -> None:
+        self._previous, self._current = self._current, {}
+
+    def edited(
+        self,
+        container: Any,
+        op: tuple[Any, ...],
+        refs: tuple[Any, ...],
+        make: Callable[[Any], Any],
+    ) -> Any:
+        """``make(container)``, or the result the same edit (``op``, naming ``refs`` by id)
+        of the same container gave before."""
+        key = (id(container), op)
+        entry = self._current.get(key) or self._previous.get(key)
+        if (
+            entry is None
+            or entry[0] is not container
+            or any(a is not b for a, b in zip(entry[1], refs, strict=True))
+        ):
+            entry = (container, refs, make(container))
+        self._current[key] = entry
+        return entry[2]
+
+
+def _with(key: Any, value: Any, container: Any) -> Any:
+    """A copy of ``container`` with ``value`` at ``key`` (a dict keeps its key order)."""
+    if isinstance(container, dict):
+        return {**container, key: value}
+    copy = list(container)
+    copy[key] = value
+    return copy
+
+
+def _without_key(key: Any, container: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in container.items() if name != key}
+
+
+def _without_part(part: Any, parts: list[Any]) -> list[Any]:
+    return [other for other in parts if other is not part]
 
 
 def _keys_to(root: Any, holder: Any) -> list[Any] | None:

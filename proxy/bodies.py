@@ -3,10 +3,11 @@ from where it differs.
 
 An agent's request is its previous one plus a few messages. ``BodyCache`` keeps, per session,
 the previous body's bytes, where each wire message ends in them, and its parsed message objects,
-which nobody edits (the view copies a message before its first edit:
-``Conversation.share_messages``). When a new body repeats the previous one's bytes up to the end
-of message k, those k objects are taken again and orjson parses only the rest: the bytes before
-the message list followed by the bytes after message k, a JSON document of its own. The value is
+which nobody edits (the view copies what it changes, and keeps the session's edits from one
+request to the next: ``Conversation.share_messages``). When a new body repeats the previous
+one's bytes up to the end of message k, those k objects are taken again and orjson parses only
+the rest: the bytes before the message list followed by the bytes after message k, a JSON
+document of its own. The value is
 the one parsing the whole body gives, because a parser reads the same bytes into the same state.
 
 Only bodies whose messages are written as orjson writes them (compact: what OpenCode and most
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compressors import jsontext
+from compressors.view import EditMemo
 from compressors.wire import WireFormat
 
 MAX_SESSIONS = 64
@@ -41,6 +43,7 @@ class Parsed:
     previous: int = 0  # how many messages the previous body had (0: no previous body)
     start: int = -1  # offset of the first message in the body's bytes; -1: not keepable
     ends: list[int] = field(default_factory=list)  # offset just past each message
+    edits: EditMemo = field(default_factory=EditMemo)  # the session's, carried along
 
 
 @dataclass(slots=True)
@@ -49,6 +52,7 @@ class _Kept:
     start: int
     ends: list[int]
     messages: list[Any]
+    edits: EditMemo
 
 
 class BodyCache:
@@ -108,7 +112,7 @@ class BodyCache:
         if parsed.start < 0 or len(parsed.ends) != len(parsed.messages):
             self.forget(key)
             return
-        kept = _Kept(raw, parsed.start, parsed.ends, parsed.messages)
+        kept = _Kept(raw, parsed.start, parsed.ends, parsed.messages, parsed.edits)
         with self._lock:
             self._drop(key)
             if len(raw) > self.max_bytes:
@@ -146,7 +150,9 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
         return None
     messages = kept.messages[:reused] + tail
     body[wire.messages_key] = list(messages)
-    parsed = Parsed(body, False, messages, reused, len(kept.ends), kept.start, kept.ends[:reused])
+    parsed = Parsed(
+        body, False, messages, reused, len(kept.ends), kept.start, kept.ends[:reused], kept.edits
+    )
     _locate(parsed, raw, after, reused)
     return parsed
 

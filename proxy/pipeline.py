@@ -164,7 +164,7 @@ def _rewrite(
         if light_only and not (parsed.start >= 0 and _light(parsed, conversation, kind)):
             return None
         if key is not None and parsed.start >= 0:
-            conversation.share_messages()  # objects of the session's previous and next request
+            conversation.share_messages(parsed.edits)  # objects of the previous and next request
         idle = _idle_seconds(clock, session_id)
         flow = Flow(dialect, session_id, kind, idle, headers, raw)
         try:

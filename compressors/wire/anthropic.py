@@ -74,8 +74,7 @@ class Anthropic:
             content = messages[item.message].get("content")
             # A message of nothing but thinking keeps it: an empty content is not allowed.
             if isinstance(content, list) and any(b is not item.holder for b in content):
-                content = conversation.writable(item.message, "content")
-                content[:] = [block for block in content if block is not item.holder]
+                conversation.remove_part(item, item.message, "content")
                 dropped.add(id(item))
         conversation.items[:] = [item for item in conversation.items if id(item) not in dropped]
         return len(dropped)

@@ -70,7 +70,7 @@ class OpenAIChat:
 
     def drop_reasoning(self, conversation: Conversation, items: list[Item]) -> int:
         for item in items:
-            conversation.writable_holder(item).pop(item.key, None)
+            conversation.remove_value(item)
         dropped = {id(item) for item in items}
         conversation.items[:] = [item for item in conversation.items if id(item) not in dropped]
         return len(items)
