@@ -48,18 +48,19 @@ from proxy.pipeline import (
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
 from proxy.request_body import UnreadableBody, content_coding, decoded
-from proxy.rewrites import RewriteLog, build_record, rewrite_handler
+from proxy.rewrites import RewriteLog, RewriteRecord, build_record, rewrite_handler
 from proxy.security import Access, guard, host_allowed
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
     SESSION_HEADER,
-    RequestRecord,
-    Session,
+    Book,
+    ChatFigures,
     SessionRegistry,
     Tally,
     session_title,
 )
 from proxy.stores import STATE_DB, STATE_SERVER, Stores, open_durable_stores
+from proxy.usage import UsageReader
 
 log = logging.getLogger("deepmem.proxy")
 access_log = logging.getLogger("deepmem.access")
@@ -282,7 +283,8 @@ def _not_found_hint(state: ProxyState, upstream: Upstream) -> str:
 
 @dataclass(slots=True)
 class _Outbound:
-    """A request on its way upstream, and what the proxy learned of it on the way."""
+    """A request on its way upstream, and what the proxy learned of it on the way: what its
+    book counts once the answer has been relayed (``_settle``)."""
 
     body: Any  # the bytes to send, the client's stream (relayed as it comes), or None
     headers: CIMultiDict[str]
@@ -292,12 +294,61 @@ class _Outbound:
     outcome: str = "relayed"
     bytes_in: int = 0  # the statistics compare decoded sizes
     bytes_out: int = 0
-    session: Session | None = None
-    record: RequestRecord | None = None
     rewrite: Rewrite | None = None  # chat requests only
+    status: int = 0  # the status its record shows (0: not answered)
+    streamed: bool = False  # the answer's headers went out
+    errors: int = 0  # upstream failures and error statuses
+    usage: UsageReader | None = None  # the answer's usage, read when counted
+    answered_at: float = 0.0
 
-    def tallies(self, state: ProxyState) -> list[Tally]:
-        return [state.sessions.totals] + ([self.session.tally] if self.session else [])
+
+@dataclass(slots=True)
+class _RewriteBook:
+    """A rewritten request's part of its book: the model's price and the dashboard's record
+    of what the rewrite changed (``proxy.rewrites``), made after the answer, off the lock."""
+
+    state: ProxyState
+    result: Rewrite
+    dialect: Dialect
+    bytes_in: int
+    kept: RewriteRecord | None = None
+
+    def prepare(self, book: Book) -> None:
+        chat = book.chat
+        if chat is None:
+            return
+        chat.price = self.state.settings.prices.lookup(chat.model)
+        if book.session_id:
+            try:
+                self.kept = self._record(book.at, chat.model)
+            except Exception:  # the dashboard's record never stands in a request's way
+                log.exception("rewrite record not kept (session %s)", book.session_id)
+
+    def _record(self, at: float, model: str | None) -> RewriteRecord:
+        result, state = self.result, self.state
+        flow = result.flow
+        project = flow.project.path if flow is not None and flow.project is not None else None
+        return build_record(
+            state.rewrite_log.new_id(),
+            result.session_id,
+            result.kind.value,
+            result.outcome,
+            state.replica,
+            flow.changes() if flow is not None and result.changed else [],
+            dialect=self.dialect.value,
+            model=model,
+            project=str(project) if project is not None else None,
+            bytes_in=self.bytes_in,
+            bytes_out=len(result.body),
+            reason=result.relay_reason or result.error,
+            at=at,
+        )
+
+    def commit(self, book: Book) -> None:
+        if self.kept is not None:
+            self.state.rewrite_log.add(self.kept)
+            if book.record is not None:
+                book.record.rewrite_id = self.kept.id
 
 
 def _prepare(
@@ -305,38 +356,31 @@ def _prepare(
     raw: bytes,
     dialect: Dialect,
     headers: CIMultiDictProxy[str],
-    upstream: str,
+    book: Book,
     light: bool = False,
-) -> tuple[Rewrite, Session | None, RequestRecord] | None:
-    """The rewrite and its bookkeeping, on a worker thread (``RewriteRunner``); with
-    ``light``, on the event loop, or None when the step is not a light one after all."""
+) -> Rewrite | None:
+    """The rewrite, on a worker thread (``RewriteRunner``); its book entered, in the
+    session's order, to be counted after the answer. With ``light``, on the event loop, or
+    None (nothing entered) when the step is not a light one after all."""
     args = (raw, dialect, headers, state.addons, state.stores.clock, state.opt_out, state.bodies)
     found = rewrite_light_step(*args) if light else rewrite_request(*args)
     if found is None:
         return None
     result = found
-    session = None
-    if result.session_id:
-        session = state.sessions.touch(
-            result.session_id, upstream, headers.get(PARENT_SESSION_HEADER)
-        )
     model = result.conversation.body.get("model") if result.conversation else None
-    model = model if isinstance(model, str) else None
-    record = state.sessions.record_request(
-        session,
+    book.at = time.time()
+    book.session_id = result.session_id or None
+    book.parent_id = headers.get(PARENT_SESSION_HEADER)
+    book.chat = ChatFigures(
         result.kind.value,
         raw,
         result.body,
         state.settings.cache_ttl,
-        model,
-        state.settings.prices.lookup(model),
+        model if isinstance(model, str) else None,
     )
-    if session is not None:
-        try:
-            record.rewrite_id = _keep_rewrite(state, result, dialect, model, len(raw))
-        except Exception:  # the dashboard's record never stands in a request's way
-            log.exception("rewrite record not kept (session %s)", result.session_id)
-    return result, session, record
+    rewrite = _RewriteBook(state, result, dialect, len(raw))
+    state.sessions.enter(book, rewrite.prepare, rewrite.commit)
+    return result
 
 
 def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, raw: bytes) -> bool:
@@ -350,39 +394,14 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     return added is not None and added <= LIGHT_STEP_BYTES
 
 
-def _keep_rewrite(
-    state: ProxyState, result: Rewrite, dialect: Dialect, model: str | None, bytes_in: int
-) -> str:
-    """What the rewrite changed, kept for the dashboard's request view (``proxy.rewrites``)."""
-    flow = result.flow
-    project = flow.project.path if flow is not None and flow.project is not None else None
-    log_ = state.rewrite_log
-    record = build_record(
-        log_.new_id(),
-        result.session_id,
-        result.kind.value,
-        result.outcome,
-        state.replica,
-        flow.changes() if flow is not None and result.changed else [],
-        dialect=dialect.value,
-        model=model,
-        project=str(project) if project is not None else None,
-        bytes_in=bytes_in,
-        bytes_out=len(result.body),
-        reason=result.relay_reason or result.error,
-    )
-    log_.add(record)
-    return record.id
-
-
 def _server_timing(overhead: float) -> CIMultiDict[str]:
     return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
-    """Every call under an upstream's prefix: chat requests are read, rewritten by the addons
-    and accounted; anything else is relayed as it comes. Then the upstream's answer streams
-    back (``_forward``)."""
+    """Every call under an upstream's prefix: chat requests are read and rewritten by the
+    addons; anything else is relayed as it comes. Then the upstream's answer streams back
+    (``_forward``), and then the request is counted (``_settle``, in the background)."""
     started = time.perf_counter()
     state = request.app[STATE]
     prefix, subpath = request.match_info["prefix"], "/" + request.match_info["tail"]
@@ -394,29 +413,40 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         message = f"deepmem: no upstream is served at /{prefix}/ (known: {known})"
         return _error(style, 404, message, "not_found_error", "unknown_upstream")
     dialect = chat_dialect(request.method, subpath)
-    if dialect is None:
-        outbound = _relayed(state, request, upstream)
-    else:
-        read = await _rewritten(state, request, dialect, style, upstream)
-        if isinstance(read, web.Response):
-            return read
-        outbound = read
-    _account(state, outbound)
-    overhead = time.perf_counter() - started
-    state.metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=outbound.route)
+    book = Book(upstream=upstream.name)
+    outbound: _Outbound | None = None
     try:
-        return await _forward(state, request, upstream, outbound, style, started, overhead)
+        if dialect is None:
+            outbound = _relayed(state, request, book)
+        else:
+            read = await _rewritten(state, request, dialect, style, book)
+            if isinstance(read, web.Response):
+                return read
+            outbound = read
+        overhead = time.perf_counter() - started
+        state.metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=outbound.route)
+        try:
+            return await _forward(state, request, upstream, outbound, style, started, overhead)
+        finally:
+            flow = outbound.rewrite.flow if outbound.rewrite is not None else None
+            if flow is not None and flow.after:  # the answer is out: now the work that could wait
+                state.rewrites.run_after(outbound.session_id, flow.after)
     finally:
-        flow = outbound.rewrite.flow if outbound.rewrite is not None else None
-        if flow is not None and flow.after:  # the answer is out: now the work that could wait
-            state.rewrites.run_after(outbound.session_id, flow.after)
+        counted = outbound
+        state.sessions.settle(
+            book, None if counted is None else lambda b: _settle(state, counted, b)
+        )
 
 
-def _relayed(state: ProxyState, request: web.Request, upstream: Upstream) -> _Outbound:
+def _relayed(state: ProxyState, request: web.Request, book: Book) -> _Outbound:
     """A call that is not a chat request: its body streams upstream untouched."""
     session_id = request.headers.get(SESSION_HEADER) or None
     size = request.content_length or 0
-    outbound = _Outbound(
+    book.session_id = session_id
+    if session_id:
+        book.parent_id = request.headers.get(PARENT_SESSION_HEADER)
+    state.sessions.enter(book)
+    return _Outbound(
         request.content if request.body_exists else None,
         upstream_request_headers(request.headers, keep_content_length=True),
         "relay",
@@ -424,15 +454,10 @@ def _relayed(state: ProxyState, request: web.Request, upstream: Upstream) -> _Ou
         bytes_in=size,
         bytes_out=size,
     )
-    if session_id:
-        outbound.session = state.sessions.touch(
-            session_id, upstream.name, request.headers.get(PARENT_SESSION_HEADER)
-        )
-    return outbound
 
 
 async def _rewritten(
-    state: ProxyState, request: web.Request, dialect: Dialect, style: Dialect, upstream: Upstream
+    state: ProxyState, request: web.Request, dialect: Dialect, style: Dialect, book: Book
 ) -> _Outbound | web.Response:
     """A chat request read whole, decoded and passed through the addons on a worker thread;
     or the error response when its body cannot be read."""
@@ -455,17 +480,16 @@ async def _rewritten(
     if settings.log_bodies:
         log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
     session_key = request.headers.get(SESSION_HEADER) or None
-    prepared = None
+    result = None
     if _may_be_light(state, session_key, dialect, raw):
-        prepared = await state.rewrites.run_here(
-            session_key, _prepare, state, raw, dialect, request.headers, upstream.name, True
+        result = await state.rewrites.run_here(
+            session_key, _prepare, state, raw, dialect, request.headers, book, True
         )
-    if prepared is None:
-        prepared = await state.rewrites.run(
-            session_key, _prepare, state, raw, dialect, request.headers, upstream.name
+    if result is None:
+        result = await state.rewrites.run(
+            session_key, _prepare, state, raw, dialect, request.headers, book
         )
-    assert prepared is not None
-    result, session, record = prepared
+    assert result is not None
     forwarded = result.body if result.changed else wire  # unchanged: exactly as received
     metrics.inc("deepmem_bytes_out_total", len(forwarded))
     if result.outcome == Outcome.NOT_JSON:
@@ -488,36 +512,50 @@ async def _rewritten(
         result.outcome,
         len(raw),
         len(result.body),
-        session,
-        record,
         result,
     )
 
 
-def _account(state: ProxyState, outbound: _Outbound) -> None:
-    """The request in the statistics: the core's counts, then what each addon reported."""
-    flow = outbound.rewrite.flow if outbound.rewrite else None
-    for tally in outbound.tallies(state):
+def _settle(state: ProxyState, outbound: _Outbound, book: Book) -> None:
+    """The request in the statistics, once its answer has been relayed (under the
+    registry's lock, on its worker): the core's counts, what each addon reported, then the
+    answer's status, errors and usage."""
+    session, record = book.session, book.record
+    tallies = [state.sessions.totals] + ([session.tally] if session is not None else [])
+    rewrite = outbound.rewrite
+    flow = rewrite.flow if rewrite is not None else None
+    usage = outbound.usage.finish() if outbound.usage is not None else None
+    price = book.chat.price if book.chat is not None else None
+    for tally in tallies:
         tally.requests += 1
         tally.bytes_in += outbound.bytes_in
         tally.bytes_out += outbound.bytes_out
         tally.kinds[outbound.kind] += 1
         tally.fail_opens += outbound.outcome == Outcome.FAILED_OPEN
-        if outbound.rewrite is not None and outbound.rewrite.relay_reason is not None:
-            tally.relayed[outbound.rewrite.relay_reason] += 1
+        if rewrite is not None and rewrite.relay_reason is not None:
+            tally.relayed[rewrite.relay_reason] += 1
         if flow is not None:
             flow.account(tally)
-    session, record = outbound.session, outbound.record
-    if flow is not None and record is not None:
-        own = Tally()
-        flow.account(own)
-        record.tokens_removed = own.tool_output_tokens_before - own.tool_output_tokens_after
-        record.tokens_injected = own.tokens_injected
+        tally.streams += outbound.streamed
+        tally.errors += outbound.errors
+        if usage is not None:
+            tally.add_usage(usage)
+            if price is not None:
+                tally.money.output += price.output_cost(usage.output_tokens)
+    if record is not None:
+        record.status = outbound.status
+        if flow is not None:
+            own = Tally()
+            flow.account(own)
+            record.tokens_removed = own.tool_output_tokens_before - own.tool_output_tokens_after
+            record.tokens_injected = own.tokens_injected
     if session is None:
         return
+    if usage is not None:
+        session.last_usage, session.last_usage_at = usage, outbound.answered_at
     if flow is not None and flow.project is not None and flow.project.path is not None:
         session.project = str(flow.project.path)
-    conversation = outbound.rewrite.conversation if outbound.rewrite else None
+    conversation = rewrite.conversation if rewrite is not None else None
     if session.title is None and outbound.kind == "agent" and conversation is not None:
         session.title = session_title(conversation)
 
@@ -533,8 +571,7 @@ async def _forward(
 ) -> web.StreamResponse:
     """Send the request upstream and relay the answer as it streams; a clear error in the
     provider's shape when the upstream cannot be reached or times out."""
-    metrics, route, record = state.metrics, outbound.route, outbound.record
-    tallies = outbound.tallies(state)
+    metrics, route = state.metrics, outbound.route
     extra_headers = _server_timing(overhead)
     headers = outbound.headers
     url = _upstream_url(request, upstream)
@@ -557,14 +594,10 @@ async def _forward(
         )
 
     status = 0
-    streaming = False
 
     def on_prepared() -> None:
-        nonlocal streaming
-        streaming = True
+        outbound.streamed = True
         metrics.gauge_add("deepmem_active_streams", 1)
-        for tally in tallies:
-            tally.streams += 1
 
     try:
         async with state.pool.session(upstream.name).request(
@@ -575,9 +608,7 @@ async def _forward(
             allow_redirects=False,
             compress=None,
         ) as upstream_response:
-            status = upstream_response.status
-            if record is not None:
-                record.status = status
+            status = outbound.status = upstream_response.status
             if status == 404 and route != "relay":
                 extra_headers[HINT_HEADER] = _not_found_hint(state, upstream)
             try:
@@ -585,12 +616,11 @@ async def _forward(
                     request, upstream_response, style, extra_headers, on_prepared
                 )
             finally:
-                if streaming:
+                if outbound.streamed:
                     metrics.gauge_add("deepmem_active_streams", -1)
     except (asyncio.CancelledError, ConnectionResetError) as exc:
         metrics.inc("deepmem_client_disconnects_total", route=route)
-        if record is not None:
-            record.status = status or 499
+        outbound.status = status or 499
         access(status or 499)
         if isinstance(exc, asyncio.CancelledError):
             raise
@@ -601,10 +631,8 @@ async def _forward(
         reason = "timed out" if timed_out else "unreachable"
         metrics.inc("deepmem_upstream_errors_total", upstream=upstream.name, kind=reason)
         metrics.inc("deepmem_requests_total", route=route, status=str(code))
-        for tally in tallies:
-            tally.errors += 1
-        if record is not None:
-            record.status = code
+        outbound.errors += 1
+        outbound.status = code
         detail = redact_text(str(exc) or type(exc).__name__)
         log.warning("upstream %s %s: %s", upstream.name, reason, detail)
         access(code)
@@ -621,28 +649,17 @@ async def _forward(
 def _count_answer(
     state: ProxyState, outbound: _Outbound, upstream: Upstream, status: int, relay: RelayResult
 ) -> None:
-    """The answer in the metrics and statistics: status, disconnects, breaks, usage."""
-    metrics, route, tallies = state.metrics, outbound.route, outbound.tallies(state)
+    """The answer in the metrics, and what its book counts: errors, usage (``_settle``)."""
+    metrics, route = state.metrics, outbound.route
     metrics.inc("deepmem_requests_total", route=route, status=str(status))
-    if status >= 400:
-        for tally in tallies:
-            tally.errors += 1
+    outbound.errors += status >= 400
     if relay.client_gone:
         metrics.inc("deepmem_client_disconnects_total", route=route)
     if relay.interrupted:
         metrics.inc("deepmem_upstream_errors_total", upstream=upstream.name, kind="interrupted")
-        for tally in tallies:
-            tally.errors += 1
+        outbound.errors += 1
         log.warning("upstream %s stream interrupted: %s", upstream.name, relay.interrupted)
-    usage = relay.usage_reader.finish() if relay.usage_reader else None
-    if usage is not None:
-        price = outbound.record.price if outbound.record else None
-        for tally in tallies:
-            tally.add_usage(usage)
-            if price is not None:
-                tally.money.output += price.output_cost(usage.output_tokens)
-        if outbound.session is not None:
-            outbound.session.last_usage, outbound.session.last_usage_at = usage, time.time()
+    outbound.usage, outbound.answered_at = relay.usage_reader, time.time()
 
 
 def _log_access(
@@ -791,6 +808,7 @@ async def _stop(app: web.Application) -> None:
     await statistics.publish_once(app[STATE])  # the last figures, for the others until they expire
     await asyncio.to_thread(app[STATE].stores.close)
     app[STATE].rewrites.close()
+    app[STATE].sessions.shutdown()
     app[STATE].memory.catalog.close()
     await app[STATE].pool.close()
 
@@ -825,7 +843,8 @@ def create_app(settings: Settings, addons: list[Addon] | None = None) -> web.App
     app.router.add_get("/sessions/{sid}/checkpoint", sessions)
     app.router.add_get("/sessions/{sid}/messages/{n}", sessions)
     app.router.add_get(
-        "/sessions/{sid}/requests/{rid}", rewrite_handler(state.rewrite_log, state.replica)
+        "/sessions/{sid}/requests/{rid}",
+        rewrite_handler(state.rewrite_log, state.replica, state.sessions.flush),
     )
     proxied = app.router.add_route("*", "/{prefix}/{tail:.*}", proxy_handler)
     kinds = {index: Access.PAGE, health_route: Access.PUBLIC, proxied: Access.PROXIED}

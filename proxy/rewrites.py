@@ -20,6 +20,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,13 +122,14 @@ def build_record(
     bytes_in: int = 0,
     bytes_out: int = 0,
     reason: str | None = None,
+    at: float | None = None,
 ) -> RewriteRecord:
     kept = [_kept(change) for change in changes[:MAX_CHANGES]]
     size = RECORD_OVERHEAD + sum(CHANGE_OVERHEAD + len(change.text) for change, _ in kept)
     return RewriteRecord(
         record_id,
         session_id,
-        time.time(),
+        time.time() if at is None else at,
         kind,
         outcome,
         replica,
@@ -214,11 +216,15 @@ class RewriteLog:
             return sum(len(records) for records in self._sessions.values())
 
 
-def rewrite_handler(rewrites: RewriteLog, replica: str) -> Handler:
-    """``GET /sessions/{sid}/requests/{rid}``: one request's record (an admin endpoint)."""
+def rewrite_handler(
+    rewrites: RewriteLog, replica: str, flush: Callable[[], None] = lambda: None
+) -> Handler:
+    """``GET /sessions/{sid}/requests/{rid}``: one request's record (an admin endpoint),
+    after ``flush`` (the records of requests answered and not yet counted)."""
 
     async def handler(request: web.Request) -> web.Response:
         session_id, record_id = request.match_info["sid"], request.match_info["rid"]
+        flush()
         record = rewrites.get(session_id, record_id)
         if record is None:
             days = rewrites.retention_seconds / 86400

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -17,6 +19,8 @@ from compressors.view import Conversation, Kind, Role
 from compressors.wire import Usage
 from proxy.costs import PrefixTracker, StreamTokens
 from proxy.prices import ModelPrice, MoneyTally
+
+log = logging.getLogger("deepmem.proxy")
 
 SESSION_HEADER = "x-session-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"
@@ -285,12 +289,52 @@ class Session:
         return {**self.as_dict(), "recent_requests": [r.as_dict() for r in self.recent]}
 
 
+@dataclass(slots=True, eq=False)
+class ChatFigures:
+    """What a chat request's record is made of: its bodies, priced against the previous
+    request of its stream (``PrefixTracker``), and the model's price."""
+
+    kind: str
+    original: bytes
+    forwarded: bytes
+    cache_ttl: float
+    model: str | None = None
+    price: ModelPrice | None = None
+    tokens: StreamTokens | None = None  # once priced
+
+
+BookHook = Callable[["Book"], None]
+
+
+@dataclass(slots=True, eq=False)
+class Book:
+    """One request's statistics, from its arrival until they are counted, after its answer
+    has been relayed (``SessionRegistry.enter`` and ``settle``)."""
+
+    at: float = field(default_factory=time.time)  # when the session was seen
+    session_id: str | None = None
+    upstream: str = ""
+    parent_id: str | None = None
+    chat: ChatFigures | None = None  # a chat request's figures (None: a relayed call)
+    prepare: BookHook | None = None  # the caller's work before counting, off the lock
+    commits: list[BookHook] = field(default_factory=list)  # the caller's counting, under it
+    session: Session | None = None  # once counted: the registry's session
+    record: RequestRecord | None = None  # and the chat request's record
+    entered: bool = False
+    settled: bool = False
+    prepared: bool = False
+
+
 class SessionRegistry:
     """Sessions by id, the least recently seen evicted past ``capacity`` sessions or
     ``max_records`` recent requests over all of them, plus the totals.
 
-    Requests are recorded from the rewrite threads and read on the event loop: everything
-    that adds or removes sessions or records iterates under one lock.
+    What a request adds waits until its answer has been relayed (issue 16): the request path
+    enters a ``Book`` (in the order of the session's requests) and settles it when the answer
+    is out; one worker thread then prices the books (the prefix comparison, in the order they
+    were entered) and counts every settled one, several under one acquisition of the lock.
+    Every reader first counts what is settled (``flush``), so it never sees a request half
+    counted, nor one whose answer has been relayed left out.
     """
 
     def __init__(self, capacity: int, max_records: int = MAX_RECORDS, replica: str = "") -> None:
@@ -300,20 +344,27 @@ class SessionRegistry:
         self.records = 0  # recent requests kept, over all sessions
         self.totals = Tally()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self.prefixes = PrefixTracker()
-        self._lock = threading.Lock()
+        self.prefixes = PrefixTracker()  # used under ``_pricing`` only
+        self._lock = threading.Lock()  # the sessions and tallies
+        self._queue_lock = threading.Lock()  # the books entered and not yet counted
+        self._pricing = threading.Lock()  # one counting pass at a time, books in their order
+        self._entered: dict[Book, None] = {}  # in the order they were entered
+        self._scheduled = False
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="deepmem-books")
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
-        now = time.time()
         with self._lock:
-            session = self._sessions.get(session_id)
-            if session is None:
-                session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
-                self._sessions[session_id] = session
-                self._evict()
-            else:
-                session.last_seen = now
-                self._sessions.move_to_end(session_id)
+            return self._touch(session_id, upstream, parent_id, time.time())
+
+    def _touch(self, session_id: str, upstream: str, parent_id: str | None, now: float) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = Session(session_id, now, now, parent_id=parent_id, upstream=upstream)
+            self._sessions[session_id] = session
+            self._evict()
+        else:
+            session.last_seen = max(session.last_seen, now)
+            self._sessions.move_to_end(session_id)
         return session
 
     def record_request(
@@ -327,23 +378,128 @@ class SessionRegistry:
         price: ModelPrice | None = None,
     ) -> RequestRecord:
         """Count one chat request's estimated tokens and cached prefix, before and after,
-        and their money at ``price`` (the price of ``model``, the model it named)."""
+        and their money at ``price`` (the price of ``model``, the model it named), now."""
         now = time.time()
-        stream = (session.session_id, kind) if session is not None else None
+        chat = ChatFigures(kind, original, forwarded, cache_ttl, model, price)
+        with self._pricing:
+            self._price(session.session_id if session is not None else None, chat, now)
         with self._lock:
-            tokens = self.prefixes.observe(stream, original, forwarded, cache_ttl, now)
-            record = RequestRecord(now, kind, tokens, self.replica, price=price)
-            self.totals.request_tokens.add(tokens)
-            self.totals.money.add(price, tokens)
-            if session is not None:
-                session.tally.request_tokens.add(tokens)
-                session.tally.money.add(price, tokens)
-                if model and (kind == RequestKind.AGENT or session.model is None):
-                    session.model, session.priced_as = model, price.pattern if price else None
-                if self._sessions.get(session.session_id) is session:  # not evicted meanwhile
-                    self.records += len(session.recent) < RECENT_REQUESTS
-                session.recent.append(record)
-                self._evict()
+            return self._count_chat(session, chat, now)
+
+    def enter(
+        self, book: Book, prepare: BookHook | None = None, commit: BookHook | None = None
+    ) -> None:
+        """Queue a request's book, in its session's order (the prefix comparison prices a
+        request against the one entered before it). ``prepare(book)`` runs first, off the
+        lock (before the answer, maybe); ``commit(book)`` counts the caller's part, under the
+        lock, after the registry's, once the book is settled."""
+        with self._queue_lock:
+            book.prepare = prepare
+            if commit is not None:
+                book.commits.insert(0, commit)
+            book.entered = True
+            self._entered[book] = None
+            if book.settled:
+                self._schedule()
+
+    def settle(self, book: Book, commit: BookHook | None = None) -> None:
+        """The request's answer has been relayed: count its book soon, in the background,
+        ``commit(book)`` last. A book never entered (the request ended before its rewrite
+        ran) is forgotten."""
+        with self._queue_lock:
+            if commit is not None:
+                book.commits.append(commit)
+            book.settled = True
+            if book.entered:
+                self._schedule()
+
+    def flush(self) -> None:
+        """Count every settled book now (a reader is asking)."""
+        with self._pricing:
+            if self._entered:
+                self._count_books()
+
+    def _schedule(self) -> None:
+        if self._scheduled:
+            return
+        try:
+            self._worker.submit(self.flush)
+        except RuntimeError:  # shut down: the next reader counts what is left
+            return
+        self._scheduled = True
+
+    def _count_books(self) -> None:
+        with self._queue_lock:
+            self._scheduled = False
+            batch = list(self._entered)
+            settled = [book for book in batch if book.settled]
+            for book in settled:
+                del self._entered[book]
+        for book in batch:
+            if not book.prepared:
+                book.prepared = True
+                self._prepare(book)
+        if settled:
+            with self._lock:
+                for book in settled:
+                    self._commit(book)
+
+    def _prepare(self, book: Book) -> None:
+        try:
+            if book.prepare is not None:
+                book.prepare(book)
+        except Exception:  # statistics never break a request
+            log.exception("bookkeeping failed (session %s)", book.session_id)
+        try:
+            if book.chat is not None:
+                self._price(book.session_id, book.chat, book.at)
+        except Exception:
+            log.exception("request not priced (session %s)", book.session_id)
+
+    def _price(self, session_id: str | None, chat: ChatFigures, now: float) -> None:
+        stream = (session_id, chat.kind) if session_id else None
+        chat.tokens = self.prefixes.observe(
+            stream, chat.original, chat.forwarded, chat.cache_ttl, now
+        )
+
+    def _commit(self, book: Book) -> None:
+        try:
+            if book.session_id:
+                book.session = self._touch(book.session_id, book.upstream, book.parent_id, book.at)
+            if book.chat is not None and book.chat.tokens is not None:
+                book.record = self._count_chat(book.session, book.chat, book.at)
+        except Exception:
+            log.exception("request not counted (session %s)", book.session_id)
+        for commit in book.commits:
+            try:
+                commit(book)
+            except Exception:
+                log.exception("bookkeeping failed (session %s)", book.session_id)
+
+    def _count_chat(self, session: Session | None, chat: ChatFigures, now: float) -> RequestRecord:
+        tokens, price, kind, model = (
+            chat.tokens or StreamTokens(),
+            chat.price,
+            chat.kind,
+            chat.model,
+        )
+        record = RequestRecord(now, kind, tokens, self.replica, price=price)
+        self.totals.request_tokens.add(tokens)
+        self.totals.money.add(price, tokens)
+        if session is not None:
+            session.tally.request_tokens.add(tokens)
+            session.tally.money.add(price, tokens)
+            if model and (kind == RequestKind.AGENT or session.model is None):
+                session.model, session.priced_as = model, price.pattern if price else None
+            if self._sessions.get(session.session_id) is session:  # not evicted meanwhile
+                self.records += len(session.recent) < RECENT_REQUESTS
+            recent = session.recent
+            recent.append(record)
+            if len(recent) > 1 and recent[-2].at > now:  # counted after a later request
+                ordered = sorted(recent, key=lambda shown: shown.at)
+                recent.clear()
+                recent.extend(ordered)
+            self._evict()
         return record
 
     def _evict(self) -> None:
@@ -355,28 +511,35 @@ class SessionRegistry:
             self.records -= len(oldest.recent)
 
     def get(self, session_id: str) -> Session | None:
+        self.flush()
         with self._lock:
             return self._sessions.get(session_id)
 
     def detail(self, session_id: str) -> dict[str, Any] | None:
         """The session with its recent requests (``Session.detail``), or None if unknown."""
+        self.flush()
         with self._lock:
             session = self._sessions.get(session_id)
             return None if session is None else session.detail()
 
     def __len__(self) -> int:
+        self.flush()
         return len(self._sessions)
 
     def snapshot(self, rows: bool = False) -> dict[str, Any]:
         """The totals and every session, the most recently seen first (``rows``: each with
         its recent requests as ``recent_rows``, in ``RequestRecord.row`` form)."""
-        with self._lock:  # only long enough to copy what the rewrite threads change
+        self.flush()
+        with self._lock:  # the worker counts under it: every figure of one moment
             sessions = sorted(self._sessions.values(), key=lambda s: s.last_seen, reverse=True)
             recent = [list(session.recent) for session in sessions] if rows else []
-        listed = [session.as_dict() for session in sessions]
+            listed = [session.as_dict() for session in sessions]
+            totals = self.totals.as_dict()
         for shown, records in zip(listed, recent, strict=False):
             shown["recent_rows"] = [record.row() for record in records]
-        return {
-            "totals": {"sessions": len(sessions), **self.totals.as_dict()},
-            "sessions": listed,
-        }
+        return {"totals": {"sessions": len(sessions), **totals}, "sessions": listed}
+
+    def shutdown(self) -> None:
+        """Count what is settled and stop the worker."""
+        self.flush()
+        self._worker.shutdown(wait=False)

@@ -1,0 +1,239 @@
+"""Bookkeeping off the request path (issue 16): a request's statistics, token counts, money
+and dashboard record are counted after its answer has been relayed, in batches on a worker
+thread; a reader never sees a request half counted nor one already answered left out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from proxy.costs import StreamTokens
+from proxy.prices import Prices
+from proxy.sessions import Book, ChatFigures, SessionRegistry
+from tests.conftest import RunningProxy
+from tests.fake_upstream import FakeUpstream
+
+SESSION = "ses_books"
+STALL_SECONDS = 10  # a stalled step: far longer than any answer may take
+
+
+def _body(turns: int, session_text: str = "Fix the parser.") -> bytes:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": session_text},
+    ]
+    for turn in range(turns):
+        messages.append({"role": "assistant", "content": f"Step {turn}: reading the parser."})
+        messages.append({"role": "user", "content": f"Continue with step {turn + 1}."})
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    return orjson.dumps({"model": "gpt-4o", "messages": messages, "tools": tools})
+
+
+async def _chat(client: aiohttp.ClientSession, proxy: RunningProxy, body: bytes) -> int:
+    async with client.post(
+        proxy.url + "/v1/chat/completions",
+        data=body,
+        headers={"x-session-id": SESSION, "Content-Type": "application/json"},
+        timeout=aiohttp.ClientTimeout(total=STALL_SECONDS / 2),
+    ) as response:
+        await response.read()
+        return response.status
+
+
+async def _stats(
+    client: aiohttp.ClientSession, proxy: RunningProxy, **params: str
+) -> dict[str, Any]:
+    async with client.get(proxy.url + "/stats", params=params) as response:
+        assert response.status == 200
+        shown: dict[str, Any] = await response.json()
+        return shown
+
+
+async def _session(client: aiohttp.ClientSession, proxy: RunningProxy) -> dict[str, Any]:
+    shown: dict[str, Any] = (await _stats(client, proxy, session=SESSION))["session"]
+    return shown
+
+
+def _hold_worker(registry: SessionRegistry, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The registry's worker never gets to count by itself (as when it is busy): whatever is
+    counted was counted by a reader's flush. Returns the jobs it was given."""
+    given: list[Any] = []
+    monkeypatch.setattr(registry._worker, "submit", lambda *job: given.append(job))
+    return given
+
+
+async def test_a_stalled_bookkeeping_step_does_not_delay_forwarding_or_the_answer(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pricing a request (the prefix comparison, tokens and money) waits until the answer is
+    out: a pricing step that stalls holds neither the forwarding nor the answer; once it
+    goes on, the figures are whole."""
+    registry = proxy.state.sessions
+    release, pricing = threading.Event(), threading.Event()
+    observe = registry.prefixes.observe
+
+    def stalled(*args: Any, **kwargs: Any) -> StreamTokens:
+        pricing.set()
+        release.wait(STALL_SECONDS)
+        return observe(*args, **kwargs)
+
+    monkeypatch.setattr(registry.prefixes, "observe", stalled)
+    try:
+        assert await _chat(client, proxy, _body(1)) == 200
+        assert len(upstream.requests) == 1  # forwarded and answered while pricing waits
+        assert await asyncio.to_thread(pricing.wait, STALL_SECONDS)  # it did start, after
+    finally:
+        release.set()
+    session = await _session(client, proxy)
+    assert session["requests"] == 1
+    assert session["request_tokens"]["tokens_before"] > 0
+    assert session["money"]["original"] > 0  # gpt-4o has a price
+    assert [row["status"] for row in session["recent_requests"]] == [200]
+
+
+async def test_figures_are_whole_when_read_right_after_the_answer(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the worker not yet come round, a reader's flush counts every answered request:
+    the core's counts, the tokens and cached prefix (against the session's previous request,
+    in order), money, the record's status and its link to the rewrite record."""
+    given = _hold_worker(proxy.state.sessions, monkeypatch)
+    for turns in (1, 2, 3):
+        assert await _chat(client, proxy, _body(turns)) == 200
+    assert given  # the work was handed to the worker, which has not run it
+    session = await _session(client, proxy)
+    assert session["requests"] == 3 and session["kinds"] == {"agent": 3}
+    assert session["usage_seen"]["responses"] == 3
+    rows = session["recent_requests"]
+    assert [row["status"] for row in rows] == [200, 200, 200]
+    assert [row["tokens_before"] for row in rows] == sorted(row["tokens_before"] for row in rows)
+    assert rows[0]["cached_before"] == 0 and all(row["cached_before"] > 0 for row in rows[1:])
+    assert sum(row["tokens_before"] for row in rows) == session["request_tokens"]["tokens_before"]
+    assert session["title"] == "Fix the parser."
+    totals = (await _stats(client, proxy))["totals"]
+    assert totals["requests"] == 3 and totals["request_tokens"] == session["request_tokens"]
+    rewrite_id = rows[-1]["rewrite_id"]
+    assert rewrite_id
+    url = f"{proxy.url}/sessions/{SESSION}/requests/{rewrite_id}"
+    async with client.get(url) as response:
+        assert response.status == 200
+        assert (await response.json())["request"]["session_id"] == SESSION
+
+
+async def test_the_rewrite_view_flushes_before_it_reads(
+    proxy: RunningProxy, client: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GET /sessions/{sid}/requests/{rid}`` counts what is answered before it looks."""
+    given = _hold_worker(proxy.state.sessions, monkeypatch)
+    assert await _chat(client, proxy, _body(1)) == 200
+    assert given and len(proxy.state.rewrite_log) == 0  # not counted yet
+    rewrite_id = f"{proxy.state.rewrite_log._prefix}-1"  # the first id this log hands out
+    async with client.get(f"{proxy.url}/sessions/{SESSION}/requests/{rewrite_id}") as response:
+        assert response.status == 200
+
+
+async def test_a_failing_bookkeeping_step_is_logged_and_never_breaks_a_request(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(prices: Prices, model: str | None) -> None:
+        raise RuntimeError("price table broke")
+
+    monkeypatch.setattr(Prices, "lookup", broken)
+    with caplog.at_level(logging.ERROR, logger="deepmem.proxy"):
+        assert await _chat(client, proxy, _body(1)) == 200
+        session = await _session(client, proxy)
+    assert len(upstream.requests) == 1
+    assert session["requests"] == 1  # the rest of its book is counted
+    assert session["request_tokens"]["tokens_before"] > 0
+    assert "price table broke" in caplog.text
+
+
+def _chat_book(session_id: str, body: bytes, at: float) -> Book:
+    return Book(at, session_id, "default", chat=ChatFigures("agent", body, body, 300.0))
+
+
+def test_books_are_priced_in_the_order_entered_whatever_the_order_they_are_settled() -> None:
+    """The prefix comparison prices a request against the one entered before it: the second
+    request, answered first, waits for nothing, and both are counted in their order."""
+    registry = SessionRegistry(10)
+    first, second = b'{"a":"' + b"x" * 400 + b'"}', b'{"a":"' + b"x" * 400 + b'","b":1}'
+    early, late = _chat_book("s", first, 1000.0), _chat_book("s", second, 1001.0)
+    registry.enter(early)
+    registry.enter(late)
+    registry.settle(late)
+    registry.shutdown()  # counts what is settled
+    session = registry.get("s")
+    assert session is not None and [record.at for record in session.recent] == [1001.0]
+    assert session.recent[0].tokens.cached_in > 0  # priced against the first, still open
+    registry.settle(early)
+    registry.flush()
+    assert [record.at for record in session.recent] == [1000.0, 1001.0]
+    assert session.recent[0].tokens.cached_in == 0
+    assert session.tally.request_tokens.tokens_in == sum(
+        record.tokens.tokens_in for record in session.recent
+    )
+
+
+class _CountingLock:
+    """A lock that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_several_settled_books_are_counted_under_one_acquisition_of_the_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = SessionRegistry(10)
+    given = _hold_worker(registry, monkeypatch)
+    lock = _CountingLock()
+    monkeypatch.setattr(registry, "_lock", lock)
+    for n in range(5):
+        book = _chat_book(f"s{n}", b'{"n":%d}' % n, 1000.0 + n)
+        registry.enter(book)
+        registry.settle(book)
+    assert len(given) == 1  # one job for the worker, however many books wait
+    assert lock.taken == 0
+    registry.flush()
+    assert lock.taken == 1
+    assert registry.totals.request_tokens.tokens_in > 0
+    assert len(registry) == 5
+
+
+def test_a_book_settled_before_it_is_entered_is_counted_once_entered() -> None:
+    """A client that goes away while its request is being rewritten: the handler settles
+    the book first, the rewrite thread enters it afterwards."""
+    registry = SessionRegistry(10)
+    book = _chat_book("s", b"{}", 1000.0)
+    registry.settle(book)
+    registry.flush()
+    assert len(registry) == 0
+    registry.enter(book)
+    registry.flush()
+    session = registry.get("s")
+    assert session is not None and len(session.recent) == 1
+    registry.shutdown()
