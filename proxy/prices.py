@@ -14,7 +14,6 @@ model no entry matches has no price: figures then stay in the token units of
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
 import tomllib
 from collections.abc import Mapping
@@ -106,27 +105,43 @@ def _entries(table: object, source: str) -> tuple[ModelPrice, ...]:
     return tuple(_entry(model_key(str(key)), value, source) for key, value in table.items())
 
 
+MAX_REMEMBERED_MODELS = 512
+
+
 @dataclass(frozen=True, slots=True)
 class Prices:
     """The configured entries (looked up first), then the built-in ones."""
 
     configured: tuple[ModelPrice, ...] = ()
     builtin: tuple[ModelPrice, ...] = field(default_factory=lambda: BUILTIN)
+    # What each model id matched (a cache keyed on the table as well would hash all of it
+    # on every request).
+    _found: dict[str, ModelPrice | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def lookup(self, model: str | None) -> ModelPrice | None:
         """The price of ``model``, or None when no entry matches (or no model is named)."""
         if not model:
             return None
-        return _lookup(self, model_key(model))
+        try:
+            return self._found[model]
+        except KeyError:
+            pass
+        if len(self._found) >= MAX_REMEMBERED_MODELS:
+            self._found.clear()
+        found = self._found[model] = _lookup(self.configured, self.builtin, model_key(model))
+        return found
 
     def table(self) -> list[dict[str, Any]]:
         """Every entry, the configured ones first, as ``/stats`` and docs show them."""
         return [price.as_dict() for price in (*self.configured, *self.builtin)]
 
 
-@functools.lru_cache(maxsize=512)
-def _lookup(prices: Prices, key: str) -> ModelPrice | None:
-    for entries in (prices.configured, prices.builtin):
+def _lookup(
+    configured: tuple[ModelPrice, ...], builtin: tuple[ModelPrice, ...], key: str
+) -> ModelPrice | None:
+    for entries in (configured, builtin):
         exact = [price for price in entries if price.pattern == key]
         if exact:
             return exact[-1]  # a later configured entry wins over an earlier one

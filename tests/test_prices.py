@@ -231,3 +231,22 @@ async def test_stats_show_money_for_a_priced_model_and_units_for_an_unknown_one(
     assert sum(r["money"]["saved"] for r in recent) == pytest.approx(money["saved"], abs=1e-5)
     async with client.get(proxy.url + "/stats", params={"session": "ses_unknown"}) as response:
         assert all("money" not in r for r in (await response.json())["session"]["recent_requests"])
+
+
+def test_a_lookup_does_not_hash_the_price_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: the request's price is looked up on every chat request; remembering the
+    answer under a key that holds the whole table hashed every entry each time."""
+    prices = parse_prices('"my-model*" = {input = 3, output = 15}')
+    expected = prices.lookup("my-model-2")
+    hashed: list[ModelPrice] = []
+    unhashed = ModelPrice.__hash__
+
+    def counting(price: ModelPrice) -> int:
+        hashed.append(price)
+        return unhashed(price)
+
+    monkeypatch.setattr(ModelPrice, "__hash__", counting)
+    assert prices.lookup("my-model-2") is expected is not None
+    assert prices.lookup("My-Model-2") == expected
+    assert prices.lookup("gpt-4o") is not None and prices.lookup("no-such-model") is None
+    assert hashed == []
