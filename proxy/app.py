@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 import time
@@ -300,6 +301,8 @@ class _Outbound:
     errors: int = 0  # upstream failures and error statuses
     usage: UsageReader | None = None  # the answer's usage, read when counted
     answered_at: float = 0.0
+    shown: bool = False  # counted as a request (``_show``), its answer perhaps not yet
+    streams_counted: bool = False
 
 
 @dataclass(slots=True)
@@ -394,6 +397,11 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     return added is not None and added <= LIGHT_STEP_BYTES
 
 
+# A request whose answer takes longer is counted meanwhile (its answer when relayed), so
+# the dashboard shows it pending or streaming; a quick answer is counted once, after it.
+PENDING_SHOWN_AFTER = 0.1
+
+
 def _server_timing(overhead: float) -> CIMultiDict[str]:
     return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
 
@@ -425,17 +433,20 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             outbound = read
         overhead = time.perf_counter() - started
         state.metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=outbound.route)
+        show = functools.partial(_show, state, outbound)
+        meanwhile = asyncio.get_running_loop().call_later(
+            PENDING_SHOWN_AFTER, functools.partial(state.sessions.settle, book, show, last=False)
+        )
         try:
             return await _forward(state, request, upstream, outbound, style, started, overhead)
         finally:
+            meanwhile.cancel()
             flow = outbound.rewrite.flow if outbound.rewrite is not None else None
             if flow is not None and flow.after:  # the answer is out: now the work that could wait
                 state.rewrites.run_after(outbound.session_id, flow.after)
     finally:
-        counted = outbound
-        state.sessions.settle(
-            book, None if counted is None else lambda b: _settle(state, counted, b)
-        )
+        answered = None if outbound is None else functools.partial(_settle, state, outbound)
+        state.sessions.settle(book, answered)
 
 
 def _relayed(state: ProxyState, request: web.Request, book: Book) -> _Outbound:
@@ -516,17 +527,18 @@ async def _rewritten(
     )
 
 
-def _settle(state: ProxyState, outbound: _Outbound, book: Book) -> None:
-    """The request in the statistics, once its answer has been relayed (under the
-    registry's lock, on its worker): the core's counts, what each addon reported, then the
-    answer's status, errors and usage."""
+def _show(state: ProxyState, outbound: _Outbound, book: Book) -> None:
+    """The request in the statistics (under the registry's lock, on its worker): the core's
+    counts and what each addon reported; once its answer has been relayed, or meanwhile when
+    the answer takes longer than ``PENDING_SHOWN_AFTER`` (the dashboard shows it pending or
+    streaming)."""
+    if outbound.shown:
+        return
+    outbound.shown = True
     session, record = book.session, book.record
-    tallies = [state.sessions.totals] + ([session.tally] if session is not None else [])
     rewrite = outbound.rewrite
     flow = rewrite.flow if rewrite is not None else None
-    usage = outbound.usage.finish() if outbound.usage is not None else None
-    price = book.chat.price if book.chat is not None else None
-    for tally in tallies:
+    for tally in _tallies(state, book):
         tally.requests += 1
         tally.bytes_in += outbound.bytes_in
         tally.bytes_out += outbound.bytes_out
@@ -536,12 +548,7 @@ def _settle(state: ProxyState, outbound: _Outbound, book: Book) -> None:
             tally.relayed[rewrite.relay_reason] += 1
         if flow is not None:
             flow.account(tally)
-        tally.streams += outbound.streamed
-        tally.errors += outbound.errors
-        if usage is not None:
-            tally.add_usage(usage)
-            if price is not None:
-                tally.money.output += price.output_cost(usage.output_tokens)
+    _count_stream(state, outbound, book)
     if record is not None:
         record.status = outbound.status
         if flow is not None:
@@ -551,13 +558,41 @@ def _settle(state: ProxyState, outbound: _Outbound, book: Book) -> None:
             record.tokens_injected = own.tokens_injected
     if session is None:
         return
-    if usage is not None:
-        session.last_usage, session.last_usage_at = usage, outbound.answered_at
     if flow is not None and flow.project is not None and flow.project.path is not None:
         session.project = str(flow.project.path)
     conversation = rewrite.conversation if rewrite is not None else None
     if session.title is None and outbound.kind == "agent" and conversation is not None:
         session.title = session_title(conversation)
+
+
+def _settle(state: ProxyState, outbound: _Outbound, book: Book) -> None:
+    """The request and its answer in the statistics, once the answer has been relayed: what
+    ``_show`` counts if it has not yet, then the answer's status, errors and usage."""
+    _show(state, outbound, book)
+    _count_stream(state, outbound, book)
+    usage = outbound.usage.finish() if outbound.usage is not None else None
+    price = book.chat.price if book.chat is not None else None
+    for tally in _tallies(state, book):
+        tally.errors += outbound.errors
+        if usage is not None:
+            tally.add_usage(usage)
+            if price is not None:
+                tally.money.output += price.output_cost(usage.output_tokens)
+    if book.record is not None:
+        book.record.status = outbound.status
+    if usage is not None and book.session is not None:
+        book.session.last_usage, book.session.last_usage_at = usage, outbound.answered_at
+
+
+def _count_stream(state: ProxyState, outbound: _Outbound, book: Book) -> None:
+    if outbound.streamed and not outbound.streams_counted:
+        outbound.streams_counted = True
+        for tally in _tallies(state, book):
+            tally.streams += 1
+
+
+def _tallies(state: ProxyState, book: Book) -> list[Tally]:
+    return [state.sessions.totals] + ([book.session.tally] if book.session is not None else [])
 
 
 async def _forward(

@@ -321,8 +321,10 @@ class Book:
     session: Session | None = None  # once counted: the registry's session
     record: RequestRecord | None = None  # and the chat request's record
     entered: bool = False
-    settled: bool = False
     prepared: bool = False
+    ready: bool = False  # commits wait to be counted
+    done: bool = False  # the last of them is among them
+    counted: bool = False  # the registry's part is
 
 
 class SessionRegistry:
@@ -399,17 +401,20 @@ class SessionRegistry:
                 book.commits.insert(0, commit)
             book.entered = True
             self._entered[book] = None
-            if book.settled:
+            if book.ready:
                 self._schedule()
 
-    def settle(self, book: Book, commit: BookHook | None = None) -> None:
-        """The request's answer has been relayed: count its book soon, in the background,
-        ``commit(book)`` last. A book never entered (the request ended before its rewrite
-        ran) is forgotten."""
+    def settle(self, book: Book, commit: BookHook | None = None, *, last: bool = True) -> None:
+        """Count the book soon, in the background, ``commit(book)`` after what it holds:
+        ``last``, the request's answer has been relayed; else a part to show meanwhile (a
+        long answer), the rest settled later. A book never entered (the request ended before
+        its rewrite ran) is forgotten."""
         with self._queue_lock:
+            if book.done:
+                return
             if commit is not None:
                 book.commits.append(commit)
-            book.settled = True
+            book.ready, book.done = True, last
             if book.entered:
                 self._schedule()
 
@@ -432,17 +437,21 @@ class SessionRegistry:
         with self._queue_lock:
             self._scheduled = False
             batch = list(self._entered)
-            settled = [book for book in batch if book.settled]
-            for book in settled:
-                del self._entered[book]
+            ready: list[tuple[Book, list[BookHook]]] = []
+            for book in batch:
+                if book.ready:
+                    ready.append((book, book.commits))
+                    book.commits, book.ready = [], False
+                    if book.done:
+                        del self._entered[book]
         for book in batch:
             if not book.prepared:
                 book.prepared = True
                 self._prepare(book)
-        if settled:
+        if ready:
             with self._lock:
-                for book in settled:
-                    self._commit(book)
+                for book, commits in ready:
+                    self._commit(book, commits)
 
     def _prepare(self, book: Book) -> None:
         try:
@@ -462,19 +471,24 @@ class SessionRegistry:
             stream, chat.original, chat.forwarded, chat.cache_ttl, now
         )
 
-    def _commit(self, book: Book) -> None:
+    def _commit(self, book: Book, commits: list[BookHook]) -> None:
         try:
-            if book.session_id:
-                book.session = self._touch(book.session_id, book.upstream, book.parent_id, book.at)
-            if book.chat is not None and book.chat.tokens is not None:
-                book.record = self._count_chat(book.session, book.chat, book.at)
+            if not book.counted:
+                book.counted = True
+                self._count_arrival(book)
         except Exception:
             log.exception("request not counted (session %s)", book.session_id)
-        for commit in book.commits:
+        for commit in commits:
             try:
                 commit(book)
             except Exception:
                 log.exception("bookkeeping failed (session %s)", book.session_id)
+
+    def _count_arrival(self, book: Book) -> None:
+        if book.session_id:
+            book.session = self._touch(book.session_id, book.upstream, book.parent_id, book.at)
+        if book.chat is not None and book.chat.tokens is not None:
+            book.record = self._count_chat(book.session, book.chat, book.at)
 
     def _count_chat(self, session: Session | None, chat: ChatFigures, now: float) -> RequestRecord:
         tokens, price, kind, model = (

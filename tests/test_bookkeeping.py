@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from proxy.costs import StreamTokens
 from proxy.prices import Prices
@@ -236,4 +237,56 @@ def test_a_book_settled_before_it_is_entered_is_counted_once_entered() -> None:
     registry.flush()
     session = registry.get("s")
     assert session is not None and len(session.recent) == 1
+    registry.shutdown()
+
+
+async def test_a_request_whose_answer_takes_long_is_shown_meanwhile(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+) -> None:
+    """The dashboard shows a request waiting for its answer as pending, as it did when it was
+    counted before forwarding: counted meanwhile, its answer (status, usage) when relayed."""
+    release = asyncio.Event()
+
+    async def slow(request: web.Request, body: bytes) -> web.StreamResponse:
+        await release.wait()
+        return await upstream.provider_like(request, body)
+
+    upstream.handler = slow
+    answer = asyncio.create_task(_chat(client, proxy, _body(1)))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            session = proxy.state.sessions.detail(SESSION)
+            if session is not None and session["requests"] == 1:
+                break
+        assert session is not None and session["requests"] == 1
+        assert [row["status"] for row in session["recent_requests"]] == [0]  # pending
+        assert session["request_tokens"]["tokens_before"] > 0
+        assert session["usage_seen"]["responses"] == 0
+    finally:
+        release.set()
+    assert await answer == 200
+    session = await _session(client, proxy)
+    assert session["requests"] == 1  # counted once
+    assert [row["status"] for row in session["recent_requests"]] == [200]
+    assert session["usage_seen"]["responses"] == 1
+
+
+def test_a_book_settled_in_parts_is_counted_once_and_each_part_in_turn() -> None:
+    registry = SessionRegistry(10)
+    book = _chat_book("s", b'{"a":1}', 1000.0)
+    parts: list[str] = []
+    registry.enter(book, commit=lambda b: parts.append("request"))
+    registry.settle(book, lambda b: parts.append("meanwhile"), last=False)
+    registry.flush()
+    assert parts == ["request", "meanwhile"]
+    registry.settle(book, lambda b: parts.append("answer"))
+    registry.settle(book, lambda b: parts.append("after the last"))  # ignored
+    registry.flush()
+    assert parts == ["request", "meanwhile", "answer"]
+    session = registry.get("s")
+    assert session is not None and len(session.recent) == 1
+    assert registry.totals.request_tokens.tokens_in == session.recent[0].tokens.tokens_in > 0
     registry.shutdown()
