@@ -7,7 +7,6 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -351,8 +350,9 @@ class SessionRegistry:
         self._queue_lock = threading.Lock()  # the books entered and not yet counted
         self._pricing = threading.Lock()  # one counting pass at a time, books in their order
         self._entered: dict[Book, None] = {}  # in the order they were entered
-        self._scheduled = False
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="deepmem-books")
+        self._wake = threading.Event()  # books are ready (cheaper to set than a job to submit)
+        self._worker: threading.Thread | None = None  # started with the first ready book
+        self._stopped = False
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
         with self._lock:
@@ -425,17 +425,25 @@ class SessionRegistry:
                 self._count_books()
 
     def _schedule(self) -> None:
-        if self._scheduled:
-            return
-        try:
-            self._worker.submit(self.flush)
-        except RuntimeError:  # shut down: the next reader counts what is left
-            return
-        self._scheduled = True
+        """Wake the worker (under ``_queue_lock``); after ``shutdown``, the next reader counts."""
+        if self._worker is None and not self._stopped:
+            self._worker = threading.Thread(target=self._work, name="deepmem-books", daemon=True)
+            self._worker.start()
+        self._wake.set()
+
+    def _work(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()  # a book readied from here on wakes it again
+            if self._stopped:
+                return
+            try:
+                self.flush()
+            except Exception:  # statistics never stop counting
+                log.exception("bookkeeping failed")
 
     def _count_books(self) -> None:
         with self._queue_lock:
-            self._scheduled = False
             batch = list(self._entered)
             ready: list[tuple[Book, list[BookHook]]] = []
             for book in batch:
@@ -556,4 +564,6 @@ class SessionRegistry:
     def shutdown(self) -> None:
         """Count what is settled and stop the worker."""
         self.flush()
-        self._worker.shutdown(wait=False)
+        with self._queue_lock:
+            self._stopped = True
+            self._wake.set()

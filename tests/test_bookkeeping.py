@@ -63,9 +63,10 @@ async def _session(client: aiohttp.ClientSession, proxy: RunningProxy) -> dict[s
 
 def _hold_worker(registry: SessionRegistry, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The registry's worker never gets to count by itself (as when it is busy): whatever is
-    counted was counted by a reader's flush. Returns the jobs it was given."""
+    counted was counted by a reader's flush. Returns a list that grows each time it would
+    have been woken."""
     given: list[Any] = []
-    monkeypatch.setattr(registry._worker, "submit", lambda *job: given.append(job))
+    monkeypatch.setattr(registry, "_schedule", lambda: given.append("wake"))
     return given
 
 
@@ -113,7 +114,7 @@ async def test_figures_are_whole_when_read_right_after_the_answer(
     given = _hold_worker(proxy.state.sessions, monkeypatch)
     for turns in (1, 2, 3):
         assert await _chat(client, proxy, _body(turns)) == 200
-    assert given  # the work was handed to the worker, which has not run it
+    assert given  # the worker was to be woken, and has not run
     session = await _session(client, proxy)
     assert session["requests"] == 3 and session["kinds"] == {"agent": 3}
     assert session["usage_seen"]["responses"] == 3
@@ -217,8 +218,7 @@ def test_several_settled_books_are_counted_under_one_acquisition_of_the_lock(
         book = _chat_book(f"s{n}", b'{"n":%d}' % n, 1000.0 + n)
         registry.enter(book)
         registry.settle(book)
-    assert len(given) == 1  # one job for the worker, however many books wait
-    assert lock.taken == 0
+    assert given and lock.taken == 0
     registry.flush()
     assert lock.taken == 1
     assert registry.totals.request_tokens.tokens_in > 0
@@ -290,3 +290,24 @@ def test_a_book_settled_in_parts_is_counted_once_and_each_part_in_turn() -> None
     assert session is not None and len(session.recent) == 1
     assert registry.totals.request_tokens.tokens_in == session.recent[0].tokens.tokens_in > 0
     registry.shutdown()
+
+
+def test_the_worker_counts_settled_books_by_itself_and_stops_on_shutdown() -> None:
+    registry = SessionRegistry(10)
+    book = _chat_book("s", b'{"a":1}', 1000.0)
+    registry.enter(book)
+    registry.settle(book)
+    worker = registry._worker
+    assert worker is not None
+    for _ in range(500):  # read without flushing: only the worker counts
+        if registry.totals.request_tokens.tokens_in:
+            break
+        threading.Event().wait(0.01)
+    assert registry.totals.request_tokens.tokens_in > 0
+    registry.shutdown()
+    worker.join(5)
+    assert not worker.is_alive()
+    late = _chat_book("s", b'{"a":2}', 1001.0)
+    registry.enter(late)
+    registry.settle(late)  # after shutdown: counted by the next reader
+    assert len(registry.get("s").recent) == 2  # type: ignore[union-attr]
