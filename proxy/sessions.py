@@ -326,6 +326,16 @@ class Book:
     counted: bool = False  # the registry's part is
 
 
+def _price_stream(session_id: str | None, chat: ChatFigures) -> tuple[str, str] | None:
+    """The requests a chat request is priced against (``PrefixTracker``): its session's of
+    its kind."""
+    return (session_id, chat.kind) if session_id else None
+
+
+def _stream(book: Book) -> tuple[str, str] | None:
+    return _price_stream(book.session_id, book.chat) if book.chat is not None else None
+
+
 class SessionRegistry:
     """Sessions by id, the least recently seen evicted past ``capacity`` sessions or
     ``max_records`` recent requests over all of them, plus the totals.
@@ -452,8 +462,12 @@ class SessionRegistry:
                     book.commits, book.ready = [], False
                     if book.done:
                         del self._entered[book]
+        # A request still being answered is priced only when a later one of its stream is
+        # ready (it is priced against it): no other request's answer waits for its work.
+        streams = {_stream(book) for book, _ in ready} - {None}
+        ready_books = {book for book, _ in ready}
         for book in batch:
-            if not book.prepared:
+            if not book.prepared and (book in ready_books or _stream(book) in streams):
                 book.prepared = True
                 self._prepare(book)
         if ready:
@@ -474,7 +488,7 @@ class SessionRegistry:
             log.exception("request not priced (session %s)", book.session_id)
 
     def _price(self, session_id: str | None, chat: ChatFigures, now: float) -> None:
-        stream = (session_id, chat.kind) if session_id else None
+        stream = _price_stream(session_id, chat)
         chat.tokens = self.prefixes.observe(
             stream, chat.original, chat.forwarded, chat.cache_ttl, now
         )

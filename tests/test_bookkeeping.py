@@ -311,3 +311,23 @@ def test_the_worker_counts_settled_books_by_itself_and_stops_on_shutdown() -> No
     registry.enter(late)
     registry.settle(late)  # after shutdown: counted by the next reader
     assert len(registry.get("s").recent) == 2  # type: ignore[union-attr]
+
+
+def test_a_request_still_being_answered_is_not_priced_for_another_ones_answer() -> None:
+    """Counting one request's answer does no work for a request of another stream still
+    being answered (it would compete with its relay)."""
+    registry = SessionRegistry(10)
+    answering, answered = _chat_book("a", b'{"a":1}', 1000.0), _chat_book("b", b'{"b":1}', 1001.0)
+    untitled = _chat_book("a", b'{"t":1}', 1002.0)
+    untitled.chat = ChatFigures("title", b'{"t":1}', b'{"t":1}', 300.0)
+    for book in (answering, answered, untitled):
+        registry.enter(book)
+    registry.settle(answered)
+    registry.settle(untitled)
+    registry.flush()
+    assert answered.prepared and untitled.prepared and not answering.prepared
+    assert answering.chat is not None and answering.chat.tokens is None
+    registry.settle(answering)
+    registry.flush()
+    assert answering.prepared and len(registry.get("a").recent) == 2  # type: ignore[union-attr]
+    registry.shutdown()
