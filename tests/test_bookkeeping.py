@@ -325,9 +325,10 @@ def test_a_request_still_being_answered_is_not_priced_for_another_ones_answer() 
     registry.settle(answered)
     registry.settle(untitled)
     registry.flush()
-    assert answered.prepared and untitled.prepared and not answering.prepared
+    assert [answering.prepared, answered.prepared, untitled.prepared] == [False, True, True]
     assert answering.chat is not None and answering.chat.tokens is None
     registry.settle(answering)
     registry.flush()
-    assert answering.prepared and len(registry.get("a").recent) == 2  # type: ignore[union-attr]
+    session = registry.get("a")
+    assert answering.prepared and session is not None and len(session.recent) == 2
     registry.shutdown()
