@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 
 from compressors.markers import normalize_key, utf8
-from memory.db import exclusive, state_errors, write_transaction
+from memory.db import after_commit, exclusive, state_errors, write_transaction
 from memory.state import StateUnavailable
 
 CACHE_BYTES = 16 * 1024 * 1024  # originals held in process, by size
@@ -70,10 +70,15 @@ class OriginalStore:
                     "excluded.last_used",
                     rows,
                 )
-            for key, content, _, _ in rows:  # only once committed
+                after_commit(self.db, lambda: self._remember(rows))
+        return len(rows)
+
+    def _remember(self, rows: list[tuple[str, bytes, float, float]]) -> None:
+        """Cache committed originals (a cached one is taken for stored: never before)."""
+        with exclusive(self.db):
+            for key, content, _, _ in rows:
                 if len(content) <= self._cache.maxsize:
                     self._cache[key] = content
-        return len(rows)
 
     def get(self, raw_key: str) -> bytes | None:
         """The original's exact bytes, or None when the key is unknown or expired; raises

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,9 @@ class SerializedConnection(sqlite3.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lock = threading.RLock()
+        # While a write transaction is open (held by the thread holding ``lock``): the work
+        # to do once it commits (``after_commit``).
+        self.committing: list[Callable[[], None]] | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         with self.lock:
@@ -88,15 +91,39 @@ def state_errors(doing: str) -> Iterator[None]:
 def write_transaction(db: sqlite3.Connection) -> Iterator[None]:
     """One transaction for every statement inside, the connection held by this thread: the
     write lock is taken at once (waiting at most the busy timeout), and nothing is kept unless
-    COMMIT succeeds."""
+    COMMIT succeeds. Inside another one of this thread on ``db``, it is part of that one: its
+    statements are kept or lost with the outer ones, and its ``after_commit`` work waits."""
     with exclusive(db):
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        if getattr(db, "committing", None) is not None:
             yield
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                # SQLite may have rolled back already (disk full, I/O error); the cause is raised.
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-            raise
+            return
+        work: list[Callable[[], None]] = []
+        if isinstance(db, SerializedConnection):
+            db.committing = work
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    # SQLite may have rolled back already (disk full, I/O error); the cause is
+                    # raised.
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
+        finally:
+            if isinstance(db, SerializedConnection):
+                db.committing = None
+        for done in work:
+            done()
+
+
+def after_commit(db: sqlite3.Connection, work: Callable[[], None]) -> None:
+    """Run ``work`` once the write transaction open on ``db`` has committed (now, if none is):
+    what may only be believed once the rows are durable (an in-process cache of them)."""
+    committing = getattr(db, "committing", None)
+    if committing is None:
+        work()
+    else:
+        committing.append(work)

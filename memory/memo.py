@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 
 from compressors.pipeline import Decision, SessionMemo
-from memory.db import exclusive, state_errors, write_transaction
+from memory.db import after_commit, exclusive, state_errors, write_transaction
 from memory.live import LiveCopies
 from memory.state import StateConflict
 
@@ -107,14 +107,18 @@ class MemoStore:
                                 for fp, d in changed.items()
                             ],
                         )
+                    after_commit(self.db, lambda: self._saved(session_id, memo))
             except StateConflict:
                 self._live.drop(session_id)
                 raise
-            memo.version += 1
-            self._live.keep(session_id, memo)
-            self._saves += 1
-            if self._saves % 100 == 0:
-                self.prune()
+
+    def _saved(self, session_id: str, memo: SessionMemo) -> None:
+        """Once the session's rows are committed: the live copy is what was saved."""
+        memo.version += 1
+        self._live.keep(session_id, memo)
+        self._saves += 1
+        if self._saves % 100 == 0:
+            self.prune()
 
     def _write_session(self, session_id: str, memo: SessionMemo) -> None:
         """The session's row, one version on from the one ``memo`` was read at."""

@@ -70,6 +70,7 @@ def build_addons(
                 stores.originals,
                 settings.cache_ttl,
                 health,
+                transaction=stores.transaction,
             )
         )
     if memory is not None:

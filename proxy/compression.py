@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -196,6 +197,8 @@ class CompressionStage:
     cache_ttl: float = 300.0
     health: Health | None = None
     ahead: AheadCache = field(default_factory=AheadCache)
+    # Around the request's durable writes: one transaction for originals and decisions.
+    transaction: Callable[[], AbstractContextManager[object]] = nullcontext
 
     def request(self, conversation: Conversation, flow: Flow) -> bool:
         if flow.kind in SKIPPED_KINDS:
@@ -206,11 +209,13 @@ class CompressionStage:
             result: CompressionResult = compress(
                 conversation, memo, self.settings, cache_cold=cold, ahead=self.ahead
             )
-            # Originals first: a marker may go upstream only once its original is committed.
-            if result.originals:
-                self.originals.put_many(result.originals)
-            if result.decisions or result.event:
-                self.memos.save(flow.session_id, memo, result.decisions)
+            # Originals first: a marker may go upstream only once its original is committed;
+            # both writes commit together, or neither does.
+            with self.transaction():
+                if result.originals:
+                    self.originals.put_many(result.originals)
+                if result.decisions or result.event:
+                    self.memos.save(flow.session_id, memo, result.decisions)
         except Exception as exc:
             # The hook forwards the original bytes. The live memo may hold decisions whose
             # originals or rows were not kept: forget it, the next load reads what was saved.

@@ -5,13 +5,17 @@ one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memory.ccr import OriginalStore
-from memory.db import DB_NAME, open_database
+from memory.db import DB_NAME, open_database, state_errors, write_transaction
 from memory.in_process import LocalActivity, LocalClock, LocalHistories
 from memory.injection_memo import InjectionMemo
 from memory.interfaces import (
@@ -87,6 +91,9 @@ class Stores:
     board: StatisticsBoard | None = None  # replicas' statistics: only on a shared backend
     backend: str = "sqlite"  # what /health shows: "sqlite" or the server's URL, no password
     check: Callable[[], str | None] = lambda: None  # what is wrong with the backend, if anything
+    # One transaction around several writes of a request (the SQLite database's; a shared
+    # server's writes are each atomic on their own).
+    transaction: Callable[[], AbstractContextManager[object]] = nullcontext
     close: Callable[[], None] = lambda: None
 
     def housekeeping(self) -> tuple[int, int]:
@@ -110,6 +117,17 @@ class NoOriginals(OriginalStore):
 
     def get(self, raw_key: str) -> bytes | None:
         raise StateUnavailable(self.reason)
+
+
+def _transaction(db: sqlite3.Connection) -> AbstractContextManager[object]:
+    """The database's writes inside commit together (``memory.db.write_transaction``)."""
+
+    @contextlib.contextmanager
+    def both() -> Iterator[None]:
+        with state_errors("cannot write the state database"), write_transaction(db):
+            yield
+
+    return both()
 
 
 def state_db_path(settings: Settings) -> Path:
@@ -136,7 +154,11 @@ def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
         originals = OriginalStore(db, retention_days=settings.retention_days)
         originals.purge_expired()
         return Stores(
-            originals, MemoStore(db), InjectionMemo(db), retention_days=settings.retention_days
+            originals,
+            MemoStore(db),
+            InjectionMemo(db),
+            retention_days=settings.retention_days,
+            transaction=partial(_transaction, db),
         )
     except StateUnavailable:
         db.close()
