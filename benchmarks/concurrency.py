@@ -18,6 +18,11 @@ it did its work rather than relay.
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
     python -m benchmarks.concurrency --sessions 5 --stream --json
+    python -m benchmarks.concurrency --think-ms 1000              # agents that wait on a model
+
+Without ``--think-ms`` every session sends its next request the moment its answer is in, so
+50 sessions keep every process saturated and what is measured is the proxy's throughput; with
+it, each waits about that long first, as an agent waits for its model's next step.
 
 The control is ``../shared/eval/passthrough_proxy.py`` beside the repository, or
 ``--control`` / ``DEEPMEM_CONTROL_PROXY``. A measuring script: it exits 0 whatever the figures.
@@ -31,6 +36,7 @@ import itertools
 import json
 import os
 import platform
+import random
 import signal
 import statistics
 import sys
@@ -96,6 +102,7 @@ class Setup:
     dialect: str  # a key of proxy.replay_wire.DIALECTS
     control: Path
     projects: int = 1  # project directories the sessions work in
+    think_ms: float = 0.0  # a session's pause between an answer and its next request
 
     @property
     def path(self) -> str:
@@ -168,10 +175,14 @@ async def replay_session(
     session: int,
     bodies: list[bytes],
     run: Run,
+    think_ms: float = 0.0,
 ) -> None:
     headers = {**headers, "x-session-id": f"concurrency-{session}-{time.time_ns()}"}
+    pauses = random.Random(session)  # the model's time to its next step: 0.5x to 1.5x
     started = time.perf_counter()
     for index, body in enumerate(bodies):
+        if index and think_ms:
+            await asyncio.sleep(think_ms * (0.5 + pauses.random()) / 1000)
         shift = (session + index) % len(TARGETS)
         order = TARGETS[shift:] + TARGETS[:shift]
         timings: dict[str, Timing] = {}
@@ -246,6 +257,7 @@ async def run(setup: Setup) -> Run:
                             session,
                             bodies[session],
                             result,
+                            setup.think_ms,
                         )
                         for session in range(setup.sessions)
                     )
@@ -353,7 +365,8 @@ def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
         f"deepmem under {meta['sessions']} concurrent sessions: {meta['python']}, "
         f"aiohttp {meta['aiohttp']}, {meta['cpus']} CPUs, loopback, "
         f"{'streamed' if meta['stream'] else 'non-streamed'} {meta['dialect']} requests, "
-        f"{meta['projects']} project{'s' if meta['projects'] > 1 else ''}"
+        f"{meta['projects']} project{'s' if meta['projects'] > 1 else ''}, "
+        f"{meta['think_ms']:g} ms between a session's answer and its next request"
     )
     errors = ", ".join(f"{t} {n}" for t, n in meta["errors"].items() if n) or "none"
     print(
@@ -457,6 +470,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the pass-through proxy to compare with (default: %(default)s; "
         "env DEEPMEM_CONTROL_PROXY)",
     )
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="a session's pause between an answer and its next request, as the model takes "
+        "to write its next step (each pause 0.5x to 1.5x this; default: %(default)s, every "
+        "session sends at once: the proxy's throughput, not its overhead, then decides)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if not args.control.is_file():
@@ -477,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.dialect,
             args.control,
             args.projects,
+            args.think_ms,
         )
         result = asyncio.run(run(setup))
     except KeyboardInterrupt:
@@ -492,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stream": args.stream,
         "dialect": args.dialect,
         "projects": args.projects,
+        "think_ms": args.think_ms,
         "control": str(args.control),
         "large_body_bytes": LARGE_BODY_BYTES,
         "requests": requests,

@@ -205,3 +205,29 @@ def test_buckets_split_large_and_first_requests_and_judge_the_goals() -> None:
     assert buckets["first"]["ratio"]["p50"] == 1.5 and "goals" not in buckets["first"]
     assert buckets["large"]["ratio"]["p50"] == 3.5 and buckets["large"]["meets_goals"] is False
     assert buckets["all"]["requests"] == 2
+
+
+def test_think_time_pauses_a_session_between_an_answer_and_its_next_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    from benchmarks import concurrency
+
+    sent: list[float] = []
+    slept: list[float] = []
+
+    async def send(client: object, url: str, body: bytes, headers: object) -> Timing | None:
+        sent.append(len(slept))
+        return None
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(concurrency, "send", send)
+    monkeypatch.setattr(concurrency.asyncio, "sleep", sleep)
+    urls = dict.fromkeys(concurrency.TARGETS, "http://x")
+    run = concurrency.Run()
+    asyncio.run(concurrency.replay_session(None, urls, {}, 0, [b"a", b"b", b"c"], run, 1000))  # type: ignore[arg-type]
+    assert len(slept) == 2 and all(0.5 <= s <= 1.5 for s in slept)
+    assert sent == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # a pause before each request but the first
