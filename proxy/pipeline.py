@@ -10,6 +10,7 @@ request is parsed again and the addons run once more on that state.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import logging
 import time
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from compressors import jsontext
-from compressors.view import Conversation, Dialect, UnrecognisedBody
+from compressors.pipeline import CompressionSettings
+from compressors.tokens import estimate_tokens
+from compressors.view import Conversation, Dialect, Kind, UnrecognisedBody
 from compressors.wire import FORMATS, parse_conversation
 from memory.interfaces import RequestClock
 from memory.state import StateConflict, StateUnavailable
@@ -31,7 +34,12 @@ from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
 log = logging.getLogger("deepmem.pipeline")
 
 T = TypeVar("T")
-LIGHT_STEP_BYTES = 32 * 1024  # of new messages: a step rewritten on the event loop
+# A step rewritten on the event loop adds at most this many bytes of messages, to a body of
+# at most LIGHT_BODY_BYTES: the rewrite walks the whole conversation, ~1 ms per 100 KB.
+LIGHT_STEP_BYTES = 32 * 1024
+LIGHT_BODY_BYTES = 256 * 1024
+# A new tool output this large may be compressed on arrival (milliseconds): not on the loop.
+LIGHT_OUTPUT_TOKENS = CompressionSettings().arrival_tokens
 # Requests of a session that the next one does not extend: they do not replace its body.
 ONE_OFF_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 REWRITE_WORKERS = 4
@@ -102,19 +110,34 @@ def rewrite_light_step(
     bodies: BodyCache,
 ) -> Rewrite | None:
     """``rewrite_request`` for a step that is cheap to rewrite, or None (before any addon
-    ran) when it is not: a session's next agent step that adds at most ``LIGHT_STEP_BYTES``
-    of messages to its previous request and begins no user turn (a new turn's memory recall
-    and rewrites are the expensive work). The proxy runs such steps on its event loop."""
+    ran) when it is not. A light step is a session's next one: it adds at most
+    ``LIGHT_STEP_BYTES`` of messages to its previous request, holds at most
+    ``LIGHT_BODY_BYTES`` of them, and begins no user turn (a new turn's memory recall and
+    rewrites are the expensive work) nor brings a tool output large enough to be compressed
+    on arrival. The proxy runs light steps on its event loop."""
     return _rewrite(raw, dialect, headers, addons, clock, opt_out, bodies, light_only=True)
 
 
 def _light(parsed: Parsed, conversation: Conversation, kind: RequestKind) -> bool:
     return (
-        kind is RequestKind.AGENT
+        kind not in ONE_OFF_KINDS
         and parsed.reused > 0
+        and parsed.ends[-1] <= LIGHT_BODY_BYTES
         and conversation.last_user_message < parsed.previous
+        and not any(
+            item.kind is Kind.TOOL_RESULT
+            and item.message >= parsed.reused
+            and isinstance(item.value, str)
+            and estimate_tokens(item.value) >= LIGHT_OUTPUT_TOKENS
+            for item in conversation.items[_first_item_of(conversation, parsed.reused) :]
+        )
         and parsed.ends[-1] - parsed.ends[parsed.reused - 1] <= LIGHT_STEP_BYTES
     )
+
+
+def _first_item_of(conversation: Conversation, message: int) -> int:
+    """The index of the first item of wire message ``message`` or later."""
+    return bisect.bisect_left(conversation.items, message, key=lambda item: item.message)
 
 
 def _rewrite(

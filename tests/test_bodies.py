@@ -223,7 +223,10 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         step("small"),  # a step of a few bytes: the loop
         step("x" * 40_000),  # more new bytes than a light step has: a worker
         step("small again"),  # the loop
+        step("y" * 12_000),  # few bytes, but an output that may be compressed on arrival
+        step("small once more"),  # the loop
         [{"role": "user", "content": "a new turn"}],  # a user turn (memory recall): a worker
+        step("z" * 200),  # the loop
     ]
     for added in plan:
         messages.extend(added)
@@ -233,5 +236,15 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         ) as response:
             assert response.status == 200
             await response.read()
-    assert where == ["worker", "loop", "worker", "loop", "worker"]
+    assert where == ["worker", "loop", "worker", "loop", "worker", "loop", "worker", "loop"]
     assert [r.body for r in upstream.requests][-1] == body  # the spy changed nothing
+    where.clear()  # a long conversation: walking it takes too long for the loop
+    messages[0]["content"] = "s" * 300_000
+    for added in ([], step("small")):
+        messages.extend(added)
+        body = orjson.dumps({"model": "m", "messages": messages, "tools": tools})
+        async with client.post(
+            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_big"}
+        ) as response:
+            assert response.status == 200
+    assert where == ["worker", "worker"]
