@@ -151,7 +151,6 @@ class SessionMemo:
     # fingerprint -> CCR key of its original: each original is hashed once per process
     original_keys: dict[str, str] = field(default_factory=dict)  # derived
     version: int = 0  # the saves of this session its state store had made when it was read
-    seen: SeenTexts = field(default_factory=lambda: SeenTexts())  # derived
 
     def content_of_marker(self, key: str) -> str | None:
         """Which output a marker this session sent stands for (a client may echo it back)."""
@@ -170,7 +169,8 @@ class SeenTexts:
     A session's repeated messages arrive as the same string objects (``proxy.bodies`` parses
     them once), so what is derived from a text is computed once too. Each entry holds its text,
     so an id cannot stand for another object while the entry lives; after each request only
-    the entries that request used are kept.
+    the entries that request used are kept. The proxy keeps one per session beside its parsed
+    body (and forgets both together).
     """
 
     __slots__ = ("_current", "_derived", "_derived_before", "_previous")
@@ -296,13 +296,16 @@ def compress(
     *,
     cache_cold: bool = False,
     ahead: Compressions | None = None,
+    seen: SeenTexts | None = None,
 ) -> CompressionResult:
     """Compress ``conversation`` in place; update ``memo``; never touch protected zones.
-    ``ahead`` holds compressions computed beforehand (``precompute``): the result is the same
-    with or without it, only sooner."""
+    ``ahead`` holds compressions computed beforehand (``precompute``), ``seen`` what the
+    session's earlier requests derived from the texts this one repeats: the result is the
+    same with or without them, only sooner."""
     result = CompressionResult()
     items = conversation.items
-    memo.seen.next_request()
+    seen = SeenTexts() if seen is None else seen
+    seen.next_request()
     head_end = _first_user_message(conversation)
     live_start = conversation.last_user_message
     turn = _turn_fingerprint(conversation)
@@ -310,7 +313,7 @@ def compress(
     memo.turn = turn
 
     focus = _focus(conversation, head_end, memo)
-    candidates = _candidates(conversation, head_end, focus, memo)
+    candidates = _candidates(conversation, head_end, focus, memo, seen)
     in_tail = _tail_flags(items, candidates, live_start, settings, memo.level)
     pending: list[_Candidate] = []
     fresh: list[_Candidate] = []
@@ -341,7 +344,7 @@ def compress(
         elif decision.level == 0:
             pending.append(candidate)
 
-    pressure = _request_tokens(items, candidates, memo)
+    pressure = _request_tokens(items, candidates, memo, seen)
     event = _event(memo, settings, pressure, pending, cache_cold, new_turn)
     # Outputs compressed at a shallower level than the session's (after a pressure event, or
     # left over by the work cap) are due too, in the same or the next event.
@@ -383,9 +386,11 @@ def compress(
     result.kept_in_full = [c for c in candidates if _kept_in_full(c, memo)]
 
     if live_start > head_end:
-        stripped = _strip_old_turns(conversation, head_end, live_start, settings, memo, result)
+        stripped = _strip_old_turns(conversation, head_end, live_start, settings, seen, result)
         if settings.cut_old_calls:
-            stripped = _cut_old_calls(conversation, head_end, live_start, memo, result) or stripped
+            stripped = (
+                _cut_old_calls(conversation, head_end, live_start, memo, seen, result) or stripped
+            )
         if stripped and result.event is None and new_turn:
             memo.events += 1
             result.event = "turn"
@@ -407,7 +412,11 @@ def _focus(conversation: Conversation, head_end: int, memo: SessionMemo) -> froz
 
 
 def _candidates(
-    conversation: Conversation, head_end: int, focus: frozenset[str], memo: SessionMemo
+    conversation: Conversation,
+    head_end: int,
+    focus: frozenset[str],
+    memo: SessionMemo,
+    seen: SeenTexts,
 ) -> list[_Candidate]:
     call_arguments = {
         item.call_id: item.text for item in conversation.items if item.kind is Kind.TOOL_CALL
@@ -427,7 +436,7 @@ def _candidates(
                 copies[content] = copies.get(content, -1) + 1
             continue
         output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""), focus)
-        content, tokens = memo.seen.fingerprint(output)
+        content, tokens = seen.fingerprint(output)
         copy = copies[content] = copies.get(content, -1) + 1
         found.append(_Candidate(item, output, content, f"{content}#{copy}", tokens))
     return found
@@ -460,10 +469,12 @@ def _tail_flags(
     ]
 
 
-def _request_tokens(items: list[Item], candidates: list[_Candidate], memo: SessionMemo) -> int:
+def _request_tokens(
+    items: list[Item], candidates: list[_Candidate], memo: SessionMemo, seen: SeenTexts
+) -> int:
     """The request's size as it would be sent with the decisions made so far."""
     results = {id(c.item) for c in candidates}
-    count = memo.seen.tokens
+    count = seen.tokens
     total = sum(count(i.text) for i in items if id(i) not in results)
     for candidate in candidates:
         decision = memo.decisions.get(candidate.fp)
@@ -681,7 +692,7 @@ def _strip_old_turns(
     head_end: int,
     live_start: int,
     settings: CompressionSettings,
-    memo: SessionMemo,
+    seen: SeenTexts,
     result: CompressionResult,
 ) -> bool:
     """Layer 1 for turns before the live one (the head excepted): reasoning out, whole units;
@@ -696,7 +707,7 @@ def _strip_old_turns(
             if item.kind is Kind.REASONING:
                 dropped.append(item)
             elif item.kind is Kind.TEXT and isinstance(item.value, str) and "<think" in item.value:
-                without = memo.seen.derive(item.value, "think", _without_think)
+                without = seen.derive(item.value, "think", _without_think)
                 if without != item.value:
                     result.changes.append(
                         Change(
@@ -717,7 +728,7 @@ def _strip_old_turns(
             and isinstance(item.value, str)
             and "<system-reminder>" in item.value
         ):
-            _drop_reminders(conversation, item, memo, result)
+            _drop_reminders(conversation, item, seen, result)
     if dropped:
         _drop_reasoning(conversation, dropped, result)
     stripped = result.changed
@@ -730,6 +741,7 @@ def _cut_old_calls(
     head_end: int,
     live_start: int,
     memo: SessionMemo,
+    seen: SeenTexts,
     result: CompressionResult,
 ) -> bool:
     """Cut the long strings of tool calls in turns before the live one; decided once per call
@@ -747,7 +759,7 @@ def _cut_old_calls(
         if len(original) < MIN_ARGUMENTS_CHARS:
             continue
         tool = item.tool_name or ""
-        fp = memo.seen.derive(original, CALL_PREFIX + tool, partial(_call_fingerprint, tool))
+        fp = seen.derive(original, CALL_PREFIX + tool, partial(_call_fingerprint, tool))
         decision = memo.decisions.get(fp)
         if decision is None:
             cut = cut_call(value, original, _original_key(memo, fp, original))
@@ -805,9 +817,9 @@ def _reminders_dropped(text: str) -> tuple[str, list[tuple[str, str, str]]]:
 
 
 def _drop_reminders(
-    conversation: Conversation, item: Item, memo: SessionMemo, result: CompressionResult
+    conversation: Conversation, item: Item, seen: SeenTexts, result: CompressionResult
 ) -> None:
-    text, dropped = memo.seen.derive(item.value, "reminders", _reminders_dropped)
+    text, dropped = seen.derive(item.value, "reminders", _reminders_dropped)
     for block, key, pointer in dropped:
         result.originals[key] = block
         result.counters["reminders_dropped"] += 1

@@ -28,6 +28,7 @@ class SerializedConnection(sqlite3.Connection):
         # While a write transaction is open (held by the thread holding ``lock``): the work
         # to do once it commits (``after_commit``).
         self.committing: list[Callable[[], None]] | None = None
+        self.begun = False  # whether that transaction has begun (a lazy one waits for a write)
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         with self.lock:
@@ -88,23 +89,32 @@ def state_errors(doing: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def write_transaction(db: sqlite3.Connection) -> Iterator[None]:
+def write_transaction(db: sqlite3.Connection, *, lazy: bool = False) -> Iterator[None]:
     """One transaction for every statement inside, the connection held by this thread: the
     write lock is taken at once (waiting at most the busy timeout), and nothing is kept unless
     COMMIT succeeds. Inside another one of this thread on ``db``, it is part of that one: its
-    statements are kept or lost with the outer ones, and its ``after_commit`` work waits."""
+    statements are kept or lost with the outer ones, and its ``after_commit`` work waits.
+    ``lazy``: the transaction begins only when a write transaction inside it does (an outer
+    one around writes that may all turn out to be unneeded costs nothing then)."""
     with exclusive(db):
         if getattr(db, "committing", None) is not None:
+            if isinstance(db, SerializedConnection) and not db.begun:
+                db.execute("BEGIN IMMEDIATE")
+                db.begun = True
             yield
             return
         work: list[Callable[[], None]] = []
-        if isinstance(db, SerializedConnection):
-            db.committing = work
+        shared = db if isinstance(db, SerializedConnection) else None
+        begin_now = not lazy or shared is None
+        if shared is not None:
+            shared.committing, shared.begun = work, begin_now
         try:
-            db.execute("BEGIN IMMEDIATE")
+            if begin_now:
+                db.execute("BEGIN IMMEDIATE")
             try:
                 yield
-                db.execute("COMMIT")
+                if shared is None or shared.begun:
+                    db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     # SQLite may have rolled back already (disk full, I/O error); the cause is
@@ -113,8 +123,8 @@ def write_transaction(db: sqlite3.Connection) -> Iterator[None]:
                         db.execute("ROLLBACK")
                 raise
         finally:
-            if isinstance(db, SerializedConnection):
-                db.committing = None
+            if shared is not None:
+                shared.committing, shared.begun = None, False
         for done in work:
             done()
 

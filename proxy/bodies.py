@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compressors import jsontext
+from compressors.pipeline import SeenTexts
 from compressors.view import EditMemo
 from compressors.wire import WireFormat
 
@@ -44,6 +45,7 @@ class Parsed:
     start: int = -1  # offset of the first message in the body's bytes; -1: not keepable
     ends: list[int] = field(default_factory=list)  # offset just past each message
     edits: EditMemo = field(default_factory=EditMemo)  # the session's, carried along
+    seen: SeenTexts = field(default_factory=SeenTexts)  # and what was derived from its texts
 
 
 @dataclass(slots=True)
@@ -53,6 +55,7 @@ class _Kept:
     ends: list[int]
     messages: list[Any]
     edits: EditMemo
+    seen: SeenTexts
 
 
 class BodyCache:
@@ -112,7 +115,7 @@ class BodyCache:
         if parsed.start < 0 or len(parsed.ends) != len(parsed.messages):
             self.forget(key)
             return
-        kept = _Kept(raw, parsed.start, parsed.ends, parsed.messages, parsed.edits)
+        kept = _Kept(raw, parsed.start, parsed.ends, parsed.messages, parsed.edits, parsed.seen)
         with self._lock:
             self._drop(key)
             if len(raw) > self.max_bytes:
@@ -151,7 +154,15 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
     messages = kept.messages[:reused] + tail
     body[wire.messages_key] = list(messages)
     parsed = Parsed(
-        body, False, messages, reused, len(kept.ends), kept.start, kept.ends[:reused], kept.edits
+        body,
+        False,
+        messages,
+        reused,
+        len(kept.ends),
+        kept.start,
+        kept.ends[:reused],
+        kept.edits,
+        kept.seen,
     )
     _locate(parsed, raw, after, reused)
     return parsed

@@ -207,11 +207,11 @@ class CompressionStage:
             memo = self.memos.load(flow.session_id)
             cold = flow.idle_seconds is not None and flow.idle_seconds > self.cache_ttl
             result: CompressionResult = compress(
-                conversation, memo, self.settings, cache_cold=cold, ahead=self.ahead
+                conversation, memo, self.settings, cache_cold=cold, ahead=self.ahead, seen=flow.seen
             )
             # Originals first: a marker may go upstream only once its original is committed;
             # both writes commit together, or neither does.
-            with self.transaction():
+            with self.transaction():  # begins only if one of them writes
                 if result.originals:
                     self.originals.put_many(result.originals)
                 if result.decisions or result.event:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from compressors.changes import Change
+from compressors.pipeline import SeenTexts
 from compressors.view import Conversation, Dialect
 from memory.project import Resolution
 from proxy.sessions import RequestKind, Tally
@@ -45,6 +46,9 @@ class Flow:
     project: Resolution | None = None  # None: nobody identified one (no memory is served)
     reports: list[Report] = field(default_factory=list)  # what the addons did, in order
     after: list[Callable[[], None]] = field(default_factory=list)  # see ``defer``
+    # What the session's earlier requests derived from the texts this one repeats (kept with
+    # its parsed body, ``proxy.bodies``); a fresh one when there is none.
+    seen: SeenTexts = field(default_factory=SeenTexts)
 
     def report(self, kind: type[R]) -> R | None:
         """The first report of this type, if an addon made one."""

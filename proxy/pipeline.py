@@ -189,7 +189,7 @@ def _rewrite(
         if key is not None and parsed.start >= 0:
             conversation.share_messages(parsed.edits)  # objects of the previous and next request
         idle = _idle_seconds(clock, session_id)
-        flow = Flow(dialect, session_id, kind, idle, headers, raw)
+        flow = Flow(dialect, session_id, kind, idle, headers, raw, seen=parsed.seen)
         try:
             changed = _run(addons, conversation, flow)
         except StateConflict as exc:

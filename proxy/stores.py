@@ -124,7 +124,7 @@ def _transaction(db: sqlite3.Connection) -> AbstractContextManager[object]:
 
     @contextlib.contextmanager
     def both() -> Iterator[None]:
-        with state_errors("cannot write the state database"), write_transaction(db):
+        with state_errors("cannot write the state database"), write_transaction(db, lazy=True):
             yield
 
     return both()

@@ -43,6 +43,14 @@ def test_a_nested_transaction_joins_the_outer_one_and_its_after_commit_work_wait
     assert [row[0] for row in db.execute("SELECT x FROM t ORDER BY x")] == [1, 2]
     after_commit(db, lambda: done.append("now"))  # no transaction open: at once
     assert done == ["inner", "now"]
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    with write_transaction(db, lazy=True):  # nothing written inside: nothing begun
+        pass
+    with write_transaction(db, lazy=True):
+        with write_transaction(db):
+            db.execute("INSERT INTO t VALUES (4)")
+    assert statements == ["BEGIN IMMEDIATE", "INSERT INTO t VALUES (4)", "COMMIT"]
 
 
 def test_originals_are_neither_kept_nor_cached_when_the_decisions_cannot_be_saved(
@@ -96,3 +104,6 @@ def test_a_compressing_request_commits_its_originals_and_decisions_in_one_transa
     assert rewrite.outcome == Outcome.REWRITTEN and b"deep-memory" in rewrite.body
     assert sum(s.startswith("BEGIN") for s in statements) == 1
     assert sum(s.startswith("INSERT INTO ccr_original") for s in statements) >= 1
+    statements.clear()  # the same request again: nothing new to keep, no transaction at all
+    again = rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": "ses"}, addons)
+    assert again.body == rewrite.body and not any(s.startswith("BEGIN") for s in statements)
