@@ -47,9 +47,8 @@ def test_a_nested_transaction_joins_the_outer_one_and_its_after_commit_work_wait
     db.set_trace_callback(statements.append)
     with write_transaction(db, lazy=True):  # nothing written inside: nothing begun
         pass
-    with write_transaction(db, lazy=True):
-        with write_transaction(db):
-            db.execute("INSERT INTO t VALUES (4)")
+    with write_transaction(db, lazy=True), write_transaction(db):
+        db.execute("INSERT INTO t VALUES (4)")
     assert statements == ["BEGIN IMMEDIATE", "INSERT INTO t VALUES (4)", "COMMIT"]
 
 
