@@ -268,12 +268,7 @@ class RewriteRunner:
         loop = asyncio.get_running_loop()
         if session_key is None:
             return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
-        lock = self._join(session_key)
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._leave(session_key)
-            raise
+        lock = await self._take_turn(session_key)
         try:
             future = loop.run_in_executor(self._executor, functools.partial(fn, *args))
         except BaseException:
@@ -281,6 +276,16 @@ class RewriteRunner:
             raise
         future.add_done_callback(lambda _: self._release(session_key, lock))
         return await asyncio.shield(future)
+
+    async def _take_turn(self, key: str) -> asyncio.Lock:
+        """Wait for the session's earlier requests; the caller must ``_release`` the lock."""
+        lock = self._join(key)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave(key)
+            raise
+        return lock
 
     def _join(self, key: str) -> asyncio.Lock:
         lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
@@ -303,12 +308,7 @@ class RewriteRunner:
         their deferred work): for rewrites that cost less than handing them to a thread."""
         if session_key is None:
             return fn(*args)
-        lock = self._join(session_key)
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._leave(session_key)
-            raise
+        lock = await self._take_turn(session_key)
         try:
             return fn(*args)
         finally:

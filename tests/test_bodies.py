@@ -228,23 +228,24 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         [{"role": "user", "content": "a new turn"}],  # a user turn (memory recall): a worker
         step("z" * 200),  # the loop
     ]
-    for added in plan:
-        messages.extend(added)
+
+    async def send(session: str) -> bytes:
         body = orjson.dumps({"model": "m", "messages": messages, "tools": tools})
         async with client.post(
-            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_l"}
+            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": session}
         ) as response:
             assert response.status == 200
             await response.read()
+        return body
+
+    for added in plan:
+        messages.extend(added)
+        body = await send("ses_l")
     assert where == ["worker", "loop", "worker", "loop", "worker", "loop", "worker", "loop"]
     assert [r.body for r in upstream.requests][-1] == body  # the spy changed nothing
     where.clear()  # a long conversation: walking it takes too long for the loop
     messages[0]["content"] = "s" * 300_000
     for added in ([], step("small")):
         messages.extend(added)
-        body = orjson.dumps({"model": "m", "messages": messages, "tools": tools})
-        async with client.post(
-            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_big"}
-        ) as response:
-            assert response.status == 200
+        await send("ses_big")
     assert where == ["worker", "worker"]
