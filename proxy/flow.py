@@ -59,9 +59,11 @@ class Flow:
             report.account(tally)
 
     def defer(self, work: Callable[[], None]) -> None:
-        """Run ``work`` once the answer has been relayed, on a worker thread, off this and
-        every other request's path. It must not change what this request forwards; a failure
-        is logged and forgotten (``proxy.pipeline.RewriteRunner.run_after``)."""
+        """Run ``work`` once the answer has been relayed, on a worker thread that no request
+        waits for, off this and every other request's path. It must not change what this
+        request forwards, and it runs beside the session's next request (it may only fill
+        caches); if that request comes before it has started, it never runs. A failure is
+        logged and forgotten (``proxy.pipeline.RewriteRunner.run_after``)."""
         self.after.append(work)
 
     def changes(self) -> list[Change]:

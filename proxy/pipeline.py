@@ -15,7 +15,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ from proxy.bodies import BodyCache, Parsed
 from proxy.flow import Addon, Flow
 from proxy.opt_out import OptOut
 from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
+from proxy.workers import Priority, Workers
 
 log = logging.getLogger("deepmem.pipeline")
 
@@ -251,13 +251,14 @@ class RewriteRunner:
     The addons touch SQLite, memory files (and their locks), search indexes and checkpoint
     extraction; none of that may stall another session's stream. Requests of one session
     are rewritten one at a time, in the order they reached the runner (an addon keeps
-    per-session state); different sessions run in parallel.
+    per-session state); different sessions run in parallel. Deferred work (``run_after``)
+    waits for a free worker that no request wants (``proxy.workers``).
     """
 
     def __init__(self, workers: int = REWRITE_WORKERS) -> None:
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="deepmem-rewrite")
+        self._workers = Workers(workers, "deepmem-rewrite")
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, requests holding/waiting
-        self._background: set[asyncio.Task[None]] = set()  # deferred work running
+        self._deferred: dict[str, set[asyncio.Future[None]]] = {}  # not finished, per session
 
     async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, after the session's earlier requests.
@@ -265,12 +266,12 @@ class RewriteRunner:
         When the caller is cancelled (the client went away) the work still finishes, and the
         session's next request waits for it: a half-run rewrite must not overlap the next.
         """
-        loop = asyncio.get_running_loop()
+        work = functools.partial(fn, *args)
         if session_key is None:
-            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+            return await asyncio.wrap_future(self._workers.submit(work, Priority.REQUEST))
         lock = await self._take_turn(session_key)
         try:
-            future = loop.run_in_executor(self._executor, functools.partial(fn, *args))
+            future = asyncio.wrap_future(self._workers.submit(work, Priority.REQUEST))
         except BaseException:
             self._release(session_key, lock)
             raise
@@ -278,7 +279,11 @@ class RewriteRunner:
         return await asyncio.shield(future)
 
     async def _take_turn(self, key: str) -> asyncio.Lock:
-        """Wait for the session's earlier requests; the caller must ``_release`` the lock."""
+        """Wait for the session's earlier requests; the caller must ``_release`` the lock.
+        The session's deferred work that has not started is cancelled: it was done ahead
+        for this request, which does it itself now."""
+        for deferred in self._deferred.pop(key, ()):
+            deferred.cancel()  # a job already running goes on; nobody waits for it
         lock = self._join(key)
         try:
             await lock.acquire()
@@ -304,8 +309,8 @@ class RewriteRunner:
         self._leave(key)
 
     async def run_here(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on the event loop itself, after the session's earlier requests (and
-        their deferred work): for rewrites that cost less than handing them to a thread."""
+        """``fn(*args)`` on the event loop itself, after the session's earlier requests: for
+        rewrites that cost less than handing them to a thread."""
         if session_key is None:
             return fn(*args)
         lock = await self._take_turn(session_key)
@@ -315,8 +320,10 @@ class RewriteRunner:
             self._release(session_key, lock)
 
     def run_after(self, session_key: str | None, work: Sequence[Callable[[], None]]) -> None:
-        """Start ``work`` (a flow's deferred jobs) in the background, in order, after the
-        session's queued rewrites; nobody waits for it, and a failure is logged."""
+        """Start ``work`` (a flow's deferred jobs) in order on a worker thread once no
+        request's rewrite waits for one; nobody waits for it, and a failure is logged. The
+        jobs only fill caches for the session's next request, so they need not hold its turn:
+        if that request comes first, jobs not yet started are cancelled (``_take_turn``)."""
         if not work:
             return
 
@@ -327,9 +334,19 @@ class RewriteRunner:
                 except Exception:
                     log.exception("deferred work failed (session %s)", session_key)
 
-        task = asyncio.get_running_loop().create_task(self.run(session_key, jobs))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        future = asyncio.wrap_future(self._workers.submit(jobs, Priority.DEFERRED))
+        if session_key is None:
+            return
+        pending = self._deferred.setdefault(session_key, set())
+        pending.add(future)
+        future.add_done_callback(lambda done: self._forget_deferred(session_key, done))
+
+    def _forget_deferred(self, key: str, done: asyncio.Future[None]) -> None:
+        pending = self._deferred.get(key)
+        if pending is not None:
+            pending.discard(done)
+            if not pending:
+                del self._deferred[key]
 
     @property
     def sessions_waiting(self) -> int:
@@ -337,4 +354,4 @@ class RewriteRunner:
         return len(self._turns)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._workers.close()

@@ -1,0 +1,141 @@
+"""The rewrite workers: a request's rewrite before deferred work; deferred work cancellable."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from proxy.pipeline import RewriteRunner
+from proxy.workers import Priority, Workers
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    pool = Workers(1, "test-worker")
+    yield pool
+    pool.close()
+
+
+def blocked(pool: Workers) -> threading.Event:
+    """The pool's one worker busy until the returned event is set."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        release.wait(10)
+
+    pool.submit(hold, Priority.REQUEST)
+    assert started.wait(10)
+    return release
+
+
+def recorder(ran: list[str], name: str) -> Callable[[], str]:
+    def work() -> str:
+        ran.append(name)
+        return name
+
+    return work
+
+
+def test_a_waiting_request_goes_before_deferred_work_queued_earlier(workers: Workers) -> None:
+    release = blocked(workers)
+    ran: list[str] = []
+    later = [
+        workers.submit(recorder(ran, "deferred 1"), Priority.DEFERRED),
+        workers.submit(recorder(ran, "request 1"), Priority.REQUEST),
+        workers.submit(recorder(ran, "deferred 2"), Priority.DEFERRED),
+        workers.submit(recorder(ran, "request 2"), Priority.REQUEST),
+    ]
+    release.set()
+    assert [future.result(10) for future in later] == [
+        "deferred 1",
+        "request 1",
+        "deferred 2",
+        "request 2",
+    ]
+    assert ran == ["request 1", "request 2", "deferred 1", "deferred 2"]
+
+
+def test_a_job_cancelled_while_it_waits_never_runs(workers: Workers) -> None:
+    release = blocked(workers)
+    ran: list[str] = []
+    cancelled = workers.submit(recorder(ran, "cancelled"), Priority.DEFERRED)
+    kept = workers.submit(recorder(ran, "kept"), Priority.DEFERRED)
+    assert cancelled.cancel()
+    release.set()
+    assert kept.result(10) == "kept"
+    assert ran == ["kept"] and cancelled.cancelled()
+
+
+def test_a_failure_reaches_the_future_and_the_worker_goes_on(workers: Workers) -> None:
+    def broken() -> None:
+        raise ValueError("a bug")
+
+    failed = workers.submit(broken, Priority.REQUEST)
+    with pytest.raises(ValueError, match="a bug"):
+        failed.result(10)
+    assert workers.submit(lambda: 7, Priority.REQUEST).result(10) == 7
+
+
+def test_close_cancels_what_waits_and_refuses_new_work() -> None:
+    pool = Workers(1, "test-worker")
+    release = blocked(pool)
+    waiting = pool.submit(lambda: None, Priority.REQUEST)
+    pool.close()
+    release.set()
+    assert waiting.cancelled()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit(lambda: None, Priority.REQUEST)
+    with pytest.raises(ValueError):
+        Workers(1, "x").submit(lambda: None, Priority.STOP)
+
+
+async def test_a_sessions_next_request_cancels_its_deferred_work_not_yet_started() -> None:
+    runner = RewriteRunner(workers=1)
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        release.wait(10)
+
+    try:
+        other = asyncio.ensure_future(runner.run("other", hold))
+        assert await asyncio.to_thread(started.wait, 10)
+        ran: list[str] = []
+        runner.run_after("s", [lambda: ran.append("ahead for s")])
+        runner.run_after("t", [lambda: ran.append("ahead for t")])
+        nxt = asyncio.ensure_future(runner.run("s", lambda: ran.append("next of s")))
+        await asyncio.sleep(0)  # the request of s has taken its turn
+        release.set()
+        await other
+        await nxt
+        for _ in range(500):
+            if "ahead for t" in ran:
+                break
+            await asyncio.sleep(0.01)
+        assert ran == ["next of s", "ahead for t"]  # s's own request did what was ahead
+        assert runner.sessions_waiting == 0
+    finally:
+        release.set()
+        runner.close()
+
+
+async def test_deferred_work_does_not_hold_the_sessions_turn() -> None:
+    runner = RewriteRunner(workers=2)
+    started, release = threading.Event(), threading.Event()
+
+    def slow_cache_fill() -> None:
+        started.set()
+        release.wait(10)
+
+    try:
+        runner.run_after("s", [slow_cache_fill])
+        assert await asyncio.to_thread(started.wait, 10)
+        # The session's next request runs beside it instead of waiting for it.
+        assert await asyncio.wait_for(runner.run("s", lambda: "rewritten"), 5) == "rewritten"
+    finally:
+        release.set()
+        runner.close()
