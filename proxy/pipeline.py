@@ -334,7 +334,11 @@ class RewriteRunner:
                 except Exception:
                     log.exception("deferred work failed (session %s)", session_key)
 
-        future = asyncio.wrap_future(self._workers.submit(jobs, Priority.DEFERRED))
+        try:
+            submitted = self._workers.submit(jobs, Priority.DEFERRED)
+        except RuntimeError:  # closed: the proxy is stopping, and the work was only ahead
+            return
+        future = asyncio.wrap_future(submitted)
         if session_key is None:
             return
         pending = self._deferred.setdefault(session_key, set())

@@ -139,3 +139,11 @@ async def test_deferred_work_does_not_hold_the_sessions_turn() -> None:
     finally:
         release.set()
         runner.close()
+
+
+async def test_deferred_work_offered_after_close_is_dropped_quietly() -> None:
+    runner = RewriteRunner(workers=1)
+    runner.close()
+    runner.run_after("s", [lambda: None])  # a request answered while the proxy stops
+    with pytest.raises(RuntimeError, match="closed"):
+        await runner.run("s", lambda: None)
