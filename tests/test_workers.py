@@ -19,17 +19,23 @@ def workers() -> Iterator[Workers]:
     pool.close()
 
 
+class Hold:
+    """Work that keeps its worker busy until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.started.set()
+        self.release.wait(10)
+
+
 def blocked(pool: Workers) -> threading.Event:
     """The pool's one worker busy until the returned event is set."""
-    started, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        started.set()
-        release.wait(10)
-
+    hold = Hold()
     pool.submit(hold, Priority.REQUEST)
-    assert started.wait(10)
-    return release
+    assert hold.started.wait(10)
+    return hold.release
 
 
 def recorder(ran: list[str], name: str) -> Callable[[], str]:
@@ -95,15 +101,11 @@ def test_close_cancels_what_waits_and_refuses_new_work() -> None:
 
 async def test_a_sessions_next_request_cancels_its_deferred_work_not_yet_started() -> None:
     runner = RewriteRunner(workers=1)
-    started, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        started.set()
-        release.wait(10)
-
+    hold = Hold()
+    release = hold.release
     try:
         other = asyncio.ensure_future(runner.run("other", hold))
-        assert await asyncio.to_thread(started.wait, 10)
+        assert await asyncio.to_thread(hold.started.wait, 10)
         ran: list[str] = []
         runner.run_after("s", [lambda: ran.append("ahead for s")])
         runner.run_after("t", [lambda: ran.append("ahead for t")])
@@ -125,15 +127,11 @@ async def test_a_sessions_next_request_cancels_its_deferred_work_not_yet_started
 
 async def test_deferred_work_does_not_hold_the_sessions_turn() -> None:
     runner = RewriteRunner(workers=2)
-    started, release = threading.Event(), threading.Event()
-
-    def slow_cache_fill() -> None:
-        started.set()
-        release.wait(10)
-
+    slow_cache_fill = Hold()
+    release = slow_cache_fill.release
     try:
         runner.run_after("s", [slow_cache_fill])
-        assert await asyncio.to_thread(started.wait, 10)
+        assert await asyncio.to_thread(slow_cache_fill.started.wait, 10)
         # The session's next request runs beside it instead of waiting for it.
         assert await asyncio.wait_for(runner.run("s", lambda: "rewritten"), 5) == "rewritten"
     finally:
