@@ -40,11 +40,10 @@ from proxy.metrics import Metrics
 from proxy.opt_out import OptOut
 from proxy.pipeline import (
     GIL_SWITCH_SECONDS,
-    LIGHT_BODY_BYTES,
-    LIGHT_STEP_BYTES,
     Outcome,
     Rewrite,
     RewriteRunner,
+    may_be_light_step,
     rewrite_light_step,
     rewrite_request,
 )
@@ -394,10 +393,7 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     (a shared state server is not called from the event loop)."""
     if session_key is None or state.settings.state_url is not None:
         return False
-    if len(raw) > LIGHT_BODY_BYTES + LIGHT_STEP_BYTES:  # the rest of the body, roughly
-        return False
-    added = state.bodies.new_bytes((session_key.strip(), dialect.value), raw)
-    return added is not None and added <= LIGHT_STEP_BYTES
+    return may_be_light_step(state.bodies, (session_key.strip(), dialect.value), dialect, raw)
 
 
 # A request whose answer takes longer is counted meanwhile (its answer when relayed), so

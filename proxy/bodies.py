@@ -48,6 +48,18 @@ class Parsed:
     seen: SeenTexts = field(default_factory=SeenTexts)  # and what was derived from its texts
 
 
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """The new messages of a session's body (``BodyCache.growth``): offsets in its bytes."""
+
+    start: int  # just past the last message repeated from the previous body
+    end: int  # just past the last message
+
+    @property
+    def added(self) -> int:
+        return self.end - self.start
+
+
 @dataclass(slots=True)
 class _Kept:
     raw: bytes
@@ -98,17 +110,18 @@ class BodyCache:
                     parsed.start = -1
         return parsed
 
-    def new_bytes(self, key: tuple[str, str] | None, raw: bytes) -> int | None:
-        """How many bytes of messages ``raw`` adds to the session's previous body, when it
-        repeats all of that body's messages but at most the last two (None otherwise)."""
+    def growth(self, key: tuple[str, str] | None, raw: bytes) -> Growth | None:
+        """Where the messages ``raw`` adds to the session's previous body lie in it, when it
+        repeats all of that body's messages but at most the last two (None otherwise). The
+        rest of the body is taken to be as long as before: a hint, found without parsing."""
         kept = self._kept.get(key) if key is not None else None
         if kept is None:
             return None
         reused = _repeated(kept, raw)
         if reused == 0 or reused < len(kept.ends) - 2:
             return None
-        after_messages = len(kept.raw) - kept.ends[-1]  # the rest of the body, as before
-        return len(raw) - after_messages - kept.ends[reused - 1]
+        after_messages = len(kept.raw) - kept.ends[-1]
+        return Growth(kept.ends[reused - 1], len(raw) - after_messages)
 
     def remember(self, key: tuple[str, str], raw: bytes, parsed: Parsed) -> None:
         """Keep ``raw`` as the session's body to parse the next request against."""

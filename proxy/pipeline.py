@@ -118,6 +118,22 @@ def rewrite_light_step(
     return _rewrite(raw, dialect, headers, addons, clock, opt_out, bodies, light_only=True)
 
 
+def may_be_light_step(
+    bodies: BodyCache, key: tuple[str, str], dialect: Dialect, raw: bytes
+) -> bool:
+    """Whether ``raw`` may be a light step, judged from its bytes before any parse: it repeats
+    its session's previous body, adds few bytes of messages to a small enough list, and those
+    bytes hold no user message where the format can tell one by its bytes. ``_light`` decides,
+    after the parse; a request this lets through may still go to a worker."""
+    if len(raw) > LIGHT_BODY_BYTES + LIGHT_STEP_BYTES:  # not worth finding out
+        return False
+    growth = bodies.growth(key, raw)
+    if growth is None or growth.added > LIGHT_STEP_BYTES or growth.end > LIGHT_BODY_BYTES:
+        return False
+    user = FORMATS[dialect].user_message_bytes
+    return user is None or raw.find(user, growth.start, growth.end) < 0
+
+
 def _light(parsed: Parsed, conversation: Conversation, kind: RequestKind) -> bool:
     return (
         kind not in ONE_OFF_KINDS

@@ -249,3 +249,73 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         messages.extend(added)
         await send("ses_big")
     assert where == ["worker", "worker"]
+
+
+def _remembered(dialect: Dialect, body: dict[str, Any]) -> tuple[BodyCache, tuple[str, str]]:
+    bodies, key = BodyCache(), ("ses_hint", dialect.value)
+    raw = orjson.dumps(body)
+    bodies.remember(key, raw, bodies.parse(key, FORMATS[dialect], raw))
+    return bodies, key
+
+
+@pytest.mark.parametrize(
+    ("dialect", "items", "tool_step", "user_step"),
+    [
+        (
+            Dialect.OPENAI_CHAT,
+            "messages",
+            [
+                {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "bash"}}]},
+                {"role": "tool", "tool_call_id": "c", "content": 'says "role":"user"'},
+            ],
+            [{"role": "user", "content": "next"}],
+        ),
+        (
+            Dialect.OPENAI_RESPONSES,
+            "input",
+            [
+                {"type": "function_call", "call_id": "c", "name": "bash", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "done"},
+            ],
+            [{"role": "user", "content": [{"type": "input_text", "text": "next"}]}],
+        ),
+    ],
+)
+def test_the_light_step_hint_sends_a_new_user_message_to_a_worker_unparsed(
+    dialect: Dialect,
+    items: str,
+    tool_step: list[dict[str, Any]],
+    user_step: list[dict[str, Any]],
+) -> None:
+    from proxy.pipeline import LIGHT_STEP_BYTES, may_be_light_step
+
+    first = [{"role": "user", "content": "task"}]
+    bodies, key = _remembered(dialect, {"model": "m", items: first, "tools": [{"x": 1}]})
+
+    def hint(added: list[dict[str, Any]]) -> bool:
+        raw = orjson.dumps({"model": "m", items: first + added, "tools": [{"x": 1}]})
+        return may_be_light_step(bodies, key, dialect, raw)
+
+    assert hint(tool_step)  # a quoted "role":"user" inside a string is not a message
+    assert not hint(user_step)
+    assert not hint([*tool_step, *user_step])
+    assert not hint([{**tool_step[-1], "extra": "x" * LIGHT_STEP_BYTES}])  # too many bytes
+
+
+def test_the_light_step_hint_leaves_an_anthropic_user_turn_to_the_parse() -> None:
+    from proxy.pipeline import LIGHT_BODY_BYTES, may_be_light_step
+
+    first = [{"role": "user", "content": [{"type": "text", "text": "task"}]}]
+    bodies, key = _remembered(Dialect.ANTHROPIC, {"model": "m", "messages": first})
+    result = [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]
+    turn = [{"type": "text", "text": "next"}]
+    for content in (result, turn):
+        raw = orjson.dumps(
+            {"model": "m", "messages": [*first, {"role": "user", "content": content}]}
+        )
+        assert may_be_light_step(bodies, key, Dialect.ANTHROPIC, raw)
+    # Messages past the light body size are not light, whatever follows them.
+    big = [{"role": "user", "content": [{"type": "text", "text": "x" * LIGHT_BODY_BYTES}]}]
+    bodies, key = _remembered(Dialect.ANTHROPIC, {"model": "m", "messages": big})
+    raw = orjson.dumps({"model": "m", "messages": [*big, {"role": "user", "content": result}]})
+    assert not may_be_light_step(bodies, key, Dialect.ANTHROPIC, raw)

@@ -51,6 +51,9 @@ class WireFormat(Protocol):
         ``UnrecognisedBody`` for a body (or a field) of a shape the format does not know."""
 
     messages_key: str  # the body's list of wire messages (or input items)
+    # Compact JSON bytes that only a user message of this format holds (a string's quotes are
+    # escaped, so inside one they cannot occur); None when a tool result is a user message too.
+    user_message_bytes: bytes | None
 
     def messages(self, body: JsonObject) -> list[Any]:
         """The body's list of wire messages; empty when it has none (a bare string input)."""
