@@ -195,6 +195,8 @@ def _rewrite(
         kind = classify(conversation)
         reason = opt_out.reason(headers, body) if opt_out is not None else None
         if reason is not None:
+            if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
+                bodies.remember(key, raw, parsed)  # untouched: the next is parsed after it
             return Rewrite(
                 raw, Outcome.OPTED_OUT, session_id, kind, conversation, relay_reason=reason
             )

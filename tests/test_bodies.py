@@ -319,3 +319,19 @@ def test_the_light_step_hint_leaves_an_anthropic_user_turn_to_the_parse() -> Non
     bodies, key = _remembered(Dialect.ANTHROPIC, {"model": "m", "messages": big})
     raw = orjson.dumps({"model": "m", "messages": [*big, {"role": "user", "content": result}]})
     assert not may_be_light_step(bodies, key, Dialect.ANTHROPIC, raw)
+
+
+def test_an_opted_out_request_is_kept_so_the_next_is_parsed_from_where_it_differs() -> None:
+    from proxy.opt_out import OPT_OUT_HEADER, OptOut
+
+    bodies, opt_out = BodyCache(), OptOut()
+    headers = {"x-session-id": "ses_1", OPT_OUT_HEADER: "off"}
+    messages = turn(3)
+    for _ in range(2):
+        raw = chat(messages)
+        rewrite = rewrite_request(
+            raw, Dialect.OPENAI_CHAT, headers, [], opt_out=opt_out, bodies=bodies
+        )
+        assert rewrite.body is raw and rewrite.relay_reason is not None
+        messages = [*messages, {"role": "user", "content": "more"}]
+    assert bodies.hits == 1
