@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -276,7 +277,7 @@ class RewriteRunner:
     def __init__(self, workers: int = REWRITE_WORKERS) -> None:
         self._workers = Workers(workers, "deepmem-rewrite")
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, requests holding/waiting
-        self._deferred: dict[str, set[asyncio.Future[None]]] = {}  # not finished, per session
+        self._deferred: dict[str, set[Future[None]]] = {}  # not finished, per session
 
     async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, after the session's earlier requests.
@@ -356,14 +357,16 @@ class RewriteRunner:
             submitted = self._workers.submit(jobs, Priority.DEFERRED)
         except RuntimeError:  # closed: the proxy is stopping, and the work was only ahead
             return
-        future = asyncio.wrap_future(submitted)
         if session_key is None:
             return
-        pending = self._deferred.setdefault(session_key, set())
-        pending.add(future)
-        future.add_done_callback(lambda done: self._forget_deferred(session_key, done))
+        # Cancelled directly (at once, so a worker can no longer take it); forgotten on the
+        # event loop once done.
+        self._deferred.setdefault(session_key, set()).add(submitted)
+        asyncio.wrap_future(submitted).add_done_callback(
+            lambda _: self._forget_deferred(session_key, submitted)
+        )
 
-    def _forget_deferred(self, key: str, done: asyncio.Future[None]) -> None:
+    def _forget_deferred(self, key: str, done: Future[None]) -> None:
         pending = self._deferred.get(key)
         if pending is not None:
             pending.discard(done)
