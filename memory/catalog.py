@@ -118,11 +118,14 @@ class ProjectMemory:
     ) -> list[Hit]:
         text, dense = meaning or query, self.index.dense
         # The model needs no index: a message is embedded before the lock, so one session's
-        # embedding never holds up another's search of the same project.
-        vector = dense.embed(text) if dense is not None and text.strip() else None
+        # embedding never holds up another's search of the same project. Not for an index
+        # that had no entry (empty memory: nothing to compare it with); if entries have
+        # appeared since, the search embeds it itself.
+        embed = dense is not None and text.strip() and self.index.had_entries
+        vector = dense.embed(text) if dense is not None and embed else None
         with self.index_lock:
             self._watch_session_checkpoints()
-            return self.index.search(query, limit, now, floor=floor, vector=vector)
+            return self.index.search(query, limit, now, floor=floor, meaning=text, vector=vector)
 
     def refresh_index(self) -> None:
         """Re-read the memory files that changed since the last search."""

@@ -306,6 +306,11 @@ class MemoryIndex:
         return sorted(self._files, key=str)
 
     @property
+    def had_entries(self) -> bool:
+        """Whether the index held any entry when it was last refreshed (no file is read)."""
+        return bool(self._units)
+
+    @property
     def documents(self) -> Sequence[Document]:
         """All indexed sections, ordered by path then position (the tie-break order)."""
         self.refresh()

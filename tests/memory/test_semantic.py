@@ -210,3 +210,19 @@ def test_the_real_model_finds_paraphrases_and_the_other_language(tmp_path: Path)
     numbered = index.search("how are invoice numbers assigned", floor=0.2, now=NOW)
     assert numbered and numbered[0].entry.text.startswith("发票编号")
     assert index.search("write a haiku about autumn leaves", floor=0.2, now=NOW) == []
+
+
+def test_a_message_is_not_embedded_while_memory_is_empty(tmp_path: Path) -> None:
+    settings = MemorySettings(semantic=True)
+    catalog = MemoryCatalog(tmp_path / "data", settings)
+    assert catalog.embeddings is not None
+    model = catalog.embeddings.model = ToyModel()
+    memory = catalog.get(None)
+    assert memory.recall("how do we release on fridays", 5, NOW) == []
+    assert model.embedded == []  # nothing to compare it with: the model is not asked
+    assert memory.store.store("Facts", "we ship every friday").stored
+    model.embedded.clear()
+    hits = memory.recall("how do we release on fridays", 5, NOW)
+    assert [line.text for line in hits] == ["we ship every friday"]  # by meaning: no shared word
+    assert "how do we release on fridays" in model.embedded
+    catalog.close()
