@@ -15,6 +15,7 @@ replica that served the request; the view says so when it is not on the one aske
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import secrets
 import threading
@@ -224,7 +225,7 @@ def rewrite_handler(
 
     async def handler(request: web.Request) -> web.Response:
         session_id, record_id = request.match_info["sid"], request.match_info["rid"]
-        flush()
+        await asyncio.to_thread(flush)  # counting what is settled: not on the event loop
         record = rewrites.get(session_id, record_id)
         if record is None:
             days = rewrites.retention_seconds / 86400

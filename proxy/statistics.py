@@ -83,7 +83,8 @@ async def _figures(
     """What /stats shows: which figures (``view``) and the figures, every live replica's
     merged when the state is shared (read, decoded and merged on a worker thread), else this
     process's. With ``session_id``, that session (None if no replica knows it)."""
-    own = _own_figures(state, session_id)
+    # The registry counts the requests answered and not yet counted first: not on the loop.
+    own = await asyncio.to_thread(_own_figures, state, session_id, _metric_totals(state))
     view: dict[str, Any] = {"replica": state.replica, "scope": "local"}
     board = state.stores.board
     if scope == "cluster" and board is not None:
@@ -103,11 +104,13 @@ async def _figures(
     return view, {**own, "replicas": [cluster.replica_entry(own)]}
 
 
-def _own_figures(state: ProxyState, session_id: str | None) -> dict[str, Any]:
+def _own_figures(
+    state: ProxyState, session_id: str | None, metric_totals: dict[str, int]
+) -> dict[str, Any]:
     """This process's figures as ``/stats`` merges them: for one session, only that session
-    (with its recent requests)."""
+    (with its recent requests). On a worker thread."""
     if session_id is None:
-        return _snapshot(state, state.sessions.snapshot(), _metric_totals(state))
+        return _snapshot(state, state.sessions.snapshot(), metric_totals)
     detail = state.sessions.detail(session_id)
     return {"replica": state.replica, "sessions": [detail] if detail is not None else []}
 

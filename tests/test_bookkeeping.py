@@ -146,6 +146,45 @@ async def test_the_rewrite_view_flushes_before_it_reads(
         assert response.status == 200
 
 
+async def test_a_reader_waiting_for_a_long_pricing_pass_does_not_stall_the_event_loop(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``/stats`` and the rewrite view count what is settled first; while the worker prices a
+    long body they wait for it on a thread, and the proxy keeps answering meanwhile."""
+    registry = proxy.state.sessions
+    release, pricing = threading.Event(), threading.Event()
+    observe = registry.prefixes.observe
+
+    def stalled(*args: Any, **kwargs: Any) -> StreamTokens:
+        pricing.set()
+        release.wait(STALL_SECONDS)
+        return observe(*args, **kwargs)
+
+    monkeypatch.setattr(registry.prefixes, "observe", stalled)
+    try:
+        assert await _chat(client, proxy, _body(1)) == 200
+        assert await asyncio.to_thread(pricing.wait, STALL_SECONDS)  # the worker is pricing
+        readers = [
+            asyncio.ensure_future(_stats(client, proxy)),
+            asyncio.ensure_future(client.get(f"{proxy.url}/sessions/{SESSION}/requests/x-1")),
+        ]
+        await asyncio.sleep(0.2)
+        assert not any(reader.done() for reader in readers)  # both wait for the pricing
+        async with client.get(
+            proxy.url + "/health", timeout=aiohttp.ClientTimeout(total=2)
+        ) as response:  # while the loop goes on serving
+            assert response.status in (200, 503)
+        assert await _chat(client, proxy, _body(2)) == 200
+    finally:
+        release.set()
+    shown, view = await asyncio.gather(*readers)
+    assert shown["totals"]["requests"] >= 1
+    view.release()
+
+
 async def test_a_failing_bookkeeping_step_is_logged_and_never_breaks_a_request(
     proxy: RunningProxy,
     upstream: FakeUpstream,
