@@ -3,76 +3,94 @@
 A request's rewrite delays its answer; deferred work (``proxy.flow.Flow.defer``, a cache
 filled for the session's next request) delays nobody. With one first-in-first-out queue, a
 burst of sessions queued their deferred work ahead of other sessions' requests; here a worker
-takes deferred work only when no request's rewrite is waiting, and deferred work that has not
-started can be cancelled (``Future.cancel``) when the request it was for arrives first.
+takes deferred work only when no request's rewrite is waiting. Deferred work that has not
+started can be cancelled (``Future.cancel``) when the request it was for arrives first, and at
+most ``backlog`` jobs of it wait: under a load that leaves no worker free, the oldest are
+dropped rather than kept (each holds a request's parsed outputs).
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+DEFERRED_BACKLOG = 64  # deferred jobs waiting at most: one per active session, about
 
 
-class Priority(enum.IntEnum):
-    """What a worker takes first: the lowest value waiting."""
-
-    STOP = 0  # a worker's sign to end, ahead of anything still queued
-    REQUEST = 1
-    DEFERRED = 2
+class Priority(enum.Enum):
+    REQUEST = "request"  # taken first
+    DEFERRED = "deferred"  # taken when no request waits
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Job:
-    priority: Priority
-    order: int  # first come, first served within a priority
-    future: Future[Any] | None = field(compare=False)
-    work: Callable[[], Any] | None = field(compare=False)
+    future: Future[Any]
+    work: Callable[[], Any]
 
 
 class Workers:
-    """A fixed number of threads, started on first use, that run the lowest-priority job
-    waiting. ``submit`` returns a ``concurrent.futures.Future`` (``asyncio.wrap_future``
-    awaits it); a job cancelled before a worker takes it never runs."""
+    """A fixed number of threads, started on first use, that run the waiting requests' jobs
+    in order, then the deferred ones. ``submit`` returns a ``concurrent.futures.Future``
+    (``asyncio.wrap_future`` awaits it); a job cancelled before a worker takes it never runs
+    and is let go at once."""
 
-    def __init__(self, count: int, name: str) -> None:
-        self._count, self._name = count, name
-        self._jobs: queue.PriorityQueue[_Job] = queue.PriorityQueue()
-        self._order = itertools.count()
+    def __init__(self, count: int, name: str, backlog: int = DEFERRED_BACKLOG) -> None:
+        self._count, self._name, self._backlog = count, name, backlog
+        self._requests: deque[_Job] = deque()
+        self._deferred: deque[_Job] = deque()
+        self._ready = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
         self._closed = False
 
     def submit(self, work: Callable[[], T], priority: Priority) -> Future[T]:
-        if priority is Priority.STOP:
-            raise ValueError("STOP is not a job's priority")
         future: Future[T] = Future()
-        with self._lock:
+        job = _Job(future, work)
+        dropped: _Job | None = None
+        with self._ready:
             if self._closed:
                 raise RuntimeError("the workers are closed")
-            self._jobs.put(_Job(priority, next(self._order), future, work))
+            if priority is Priority.REQUEST:
+                self._requests.append(job)
+            else:
+                self._deferred.append(job)
+                if len(self._deferred) > self._backlog:
+                    dropped = self._deferred.popleft()
             if len(self._threads) < self._count:
                 thread = threading.Thread(
                     target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
                 )
                 self._threads.append(thread)
                 thread.start()
+            self._ready.notify()
+        if priority is Priority.DEFERRED:
+            future.add_done_callback(lambda done: self._let_go(job, done))
+        if dropped is not None:
+            dropped.future.cancel()
         return future
+
+    def _let_go(self, job: _Job, future: Future[Any]) -> None:
+        """A deferred job cancelled while it waited leaves the queue at once."""
+        if future.cancelled():
+            with self._ready:
+                if job in self._deferred:
+                    self._deferred.remove(job)
 
     def _work(self) -> None:
         while True:
-            job = self._jobs.get()
+            with self._ready:
+                while not (self._requests or self._deferred or self._closed):
+                    self._ready.wait()
+                if self._closed:
+                    return
+                job = self._requests.popleft() if self._requests else self._deferred.popleft()
             future, work = job.future, job.work
             del job
-            if future is None or work is None:
-                return
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while it waited
             try:
@@ -83,17 +101,18 @@ class Workers:
                 future.set_result(result)
             del future, work
 
+    @property
+    def deferred_waiting(self) -> int:
+        return len(self._deferred)
+
     def close(self) -> None:
         """Cancel what waits and end the threads once their running jobs return (not
         waited for)."""
-        with self._lock:
+        with self._ready:
             self._closed = True
-            while True:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job.future is not None:
-                    job.future.cancel()
-            for _ in self._threads:
-                self._jobs.put(_Job(Priority.STOP, next(self._order), None, None))
+            waiting = [*self._requests, *self._deferred]
+            self._requests.clear()
+            self._deferred.clear()
+            self._ready.notify_all()
+        for job in waiting:
+            job.future.cancel()

@@ -76,6 +76,28 @@ def test_a_job_cancelled_while_it_waits_never_runs(workers: Workers) -> None:
     assert ran == ["kept"] and cancelled.cancelled()
 
 
+def test_a_cancelled_job_leaves_the_queue_at_once(workers: Workers) -> None:
+    release = blocked(workers)
+    waiting = workers.submit(lambda: None, Priority.DEFERRED)
+    assert workers.deferred_waiting == 1
+    waiting.cancel()
+    assert workers.deferred_waiting == 0  # what it holds is let go, not kept until its turn
+    release.set()
+
+
+def test_deferred_work_waiting_is_bounded_the_oldest_dropped() -> None:
+    pool = Workers(1, "test-worker", backlog=2)
+    release = blocked(pool)
+    ran: list[str] = []
+    jobs = [pool.submit(recorder(ran, f"deferred {n}"), Priority.DEFERRED) for n in range(4)]
+    assert pool.deferred_waiting == 2
+    assert [job.cancelled() for job in jobs] == [True, True, False, False]
+    release.set()
+    assert [job.result(10) for job in jobs[2:]] == ["deferred 2", "deferred 3"]
+    assert ran == ["deferred 2", "deferred 3"]
+    pool.close()
+
+
 def test_a_failure_reaches_the_future_and_the_worker_goes_on(workers: Workers) -> None:
     def broken() -> None:
         raise ValueError("a bug")
@@ -95,8 +117,6 @@ def test_close_cancels_what_waits_and_refuses_new_work() -> None:
     assert waiting.cancelled()
     with pytest.raises(RuntimeError, match="closed"):
         pool.submit(lambda: None, Priority.REQUEST)
-    with pytest.raises(ValueError):
-        Workers(1, "x").submit(lambda: None, Priority.STOP)
 
 
 async def test_a_sessions_next_request_cancels_its_deferred_work_not_yet_started() -> None:
