@@ -70,16 +70,11 @@ def _hold_worker(registry: SessionRegistry, monkeypatch: pytest.MonkeyPatch) -> 
     return given
 
 
-async def test_a_stalled_bookkeeping_step_does_not_delay_forwarding_or_the_answer(
-    proxy: RunningProxy,
-    upstream: FakeUpstream,
-    client: aiohttp.ClientSession,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Pricing a request (the prefix comparison, tokens and money) waits until the answer is
-    out: a pricing step that stalls holds neither the forwarding nor the answer; once it
-    goes on, the figures are whole."""
-    registry = proxy.state.sessions
+def _stall_pricing(
+    registry: SessionRegistry, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event]:
+    """Pricing a request (the prefix comparison) waits until the second event is set; the
+    first is set once pricing has started."""
     release, pricing = threading.Event(), threading.Event()
     observe = registry.prefixes.observe
 
@@ -89,6 +84,19 @@ async def test_a_stalled_bookkeeping_step_does_not_delay_forwarding_or_the_answe
         return observe(*args, **kwargs)
 
     monkeypatch.setattr(registry.prefixes, "observe", stalled)
+    return pricing, release
+
+
+async def test_a_stalled_bookkeeping_step_does_not_delay_forwarding_or_the_answer(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pricing a request (the prefix comparison, tokens and money) waits until the answer is
+    out: a pricing step that stalls holds neither the forwarding nor the answer; once it
+    goes on, the figures are whole."""
+    pricing, release = _stall_pricing(proxy.state.sessions, monkeypatch)
     try:
         assert await _chat(client, proxy, _body(1)) == 200
         assert len(upstream.requests) == 1  # forwarded and answered while pricing waits
@@ -154,16 +162,7 @@ async def test_a_reader_waiting_for_a_long_pricing_pass_does_not_stall_the_event
 ) -> None:
     """``/stats`` and the rewrite view count what is settled first; while the worker prices a
     long body they wait for it on a thread, and the proxy keeps answering meanwhile."""
-    registry = proxy.state.sessions
-    release, pricing = threading.Event(), threading.Event()
-    observe = registry.prefixes.observe
-
-    def stalled(*args: Any, **kwargs: Any) -> StreamTokens:
-        pricing.set()
-        release.wait(STALL_SECONDS)
-        return observe(*args, **kwargs)
-
-    monkeypatch.setattr(registry.prefixes, "observe", stalled)
+    pricing, release = _stall_pricing(proxy.state.sessions, monkeypatch)
     try:
         assert await _chat(client, proxy, _body(1)) == 200
         assert await asyncio.to_thread(pricing.wait, STALL_SECONDS)  # the worker is pricing
