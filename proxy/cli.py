@@ -210,10 +210,14 @@ async def _serve(settings: Settings) -> None:
 
 
 def serve(settings: Settings) -> int:
-    configure_logging(settings.log_level, settings.log_format)
-    for warning in startup_warnings(settings):
-        logging.getLogger("deepmem").warning("%s", warning)
-    asyncio.run(_serve(settings))
+    writer = configure_logging(settings.log_level, settings.log_format)
+    try:
+        for warning in startup_warnings(settings):
+            logging.getLogger("deepmem").warning("%s", warning)
+        asyncio.run(_serve(settings))
+    finally:
+        logging.getLogger().removeHandler(writer)
+        writer.close()
     return 0
 
 

@@ -2,16 +2,26 @@
 
 Both formatters pass every line through ``redact_text``, so a credential that reaches a log
 message by any route (an exception text, a URL) is still replaced.
+
+The server's lines are formatted and written by a thread of their own (``LogWriter``): a
+request only queues its record. A slow or blocked standard error (a terminal scrolled back, a
+pipe nobody reads, a busy log driver) then never holds the event loop, and with it every
+stream; when the queue is full, lines are dropped and counted instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import logging
+import queue
 import re
 import sys
+import threading
 import time
 from collections.abc import Iterable
+from typing import TextIO
 
 # Headers that carry credentials without saying so in their name.
 SECRET_HEADERS = frozenset({"openai-organization", "openai-project"})
@@ -102,6 +112,8 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # formatted where it was raised (``LogWriter``)
+            entry["exception"] = record.exc_text
         return redact_text(json.dumps(entry, ensure_ascii=False, default=str))
 
 
@@ -117,11 +129,83 @@ class TextFormatter(logging.Formatter):
         return redact_text(line)
 
 
-def configure_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+LOG_QUEUE_RECORDS = 10_000  # lines waiting for the writer; more are dropped and counted
+LOG_STOP_SECONDS = 5.0  # how long stopping waits for the waiting lines to be written
+
+
+class LogWriter(logging.Handler):
+    """Queues each record for a writer thread, which formats it and hands it to ``target``.
+
+    The record's message is made text here, where it was logged (its arguments may change
+    later), and so is an exception's traceback; everything else (the formatter, redaction, the
+    write) happens on the writer thread. When ``capacity`` records are waiting, the next ones
+    are dropped, and the writer says how many before its next line."""
+
+    def __init__(self, target: logging.Handler, capacity: int = LOG_QUEUE_RECORDS) -> None:
+        super().__init__()
+        self.target = target
+        self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(capacity)
+        self._dropped = 0
+        self._dropped_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._write, name="deepmem-log", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._queue.put_nowait(self._prepared(record))
+        except queue.Full:
+            with self._dropped_lock:
+                self._dropped += 1
+        except Exception:
+            self.handleError(record)
+
+    def _prepared(self, record: logging.LogRecord) -> logging.LogRecord:
+        prepared = copy.copy(record)
+        prepared.msg, prepared.args = record.getMessage(), None
+        if record.exc_info:
+            formatter = self.target.formatter or logging.Formatter()
+            prepared.exc_text = record.exc_text or formatter.formatException(record.exc_info)
+            prepared.exc_info = None  # the traceback's frames are not kept alive in the queue
+        return prepared
+
+    def _write(self) -> None:
+        while True:
+            record = self._queue.get()
+            with self._dropped_lock:
+                dropped, self._dropped = self._dropped, 0
+            if dropped:
+                self.target.handle(_dropped_record(dropped))
+            if record is None:
+                return
+            self.target.handle(record)
+
+    def close(self) -> None:
+        """Write what waits (for at most ``LOG_STOP_SECONDS``), then stop the thread."""
+        if self._thread.is_alive():
+            with contextlib.suppress(queue.Full):  # the writer is stuck: do not wait twice
+                self._queue.put(None, timeout=LOG_STOP_SECONDS)
+            self._thread.join(LOG_STOP_SECONDS)
+        if not self._thread.is_alive():  # a stuck writer holds the output: do not wait on it
+            self.target.flush()
+        super().close()
+
+
+def _dropped_record(count: int) -> logging.LogRecord:
+    message = f"{count} log line{'s' if count != 1 else ''} dropped: the log output fell behind"
+    return logging.LogRecord("deepmem", logging.WARNING, __file__, 0, message, None, None)
+
+
+def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> LogWriter:
+    """Log to ``stream`` (standard error) through a ``LogWriter``; the caller closes it."""
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    writer = LogWriter(handler)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for previous in root.handlers:
+        if isinstance(previous, LogWriter):
+            previous.close()
+    root.handlers[:] = [writer]
     root.setLevel(level.upper())
     # aiohttp's access log would duplicate ours; its errors still come through.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    return writer
