@@ -14,6 +14,13 @@ Only bodies whose messages are written as orjson writes them (compact: what Open
 clients send) are kept: where a message ends is found by serialising it and finding exactly
 those bytes in the body. Anything else (another shape, spaces, an integer orjson cannot hold,
 a title request of the same session) is parsed whole, as before.
+
+The rewritten body is written the same way round (``write``): the run of messages it shares
+with the session's last forwarded body, object for object (a repeated message, or the result
+object the edit memo gives back for a repeated edit), keeps that body's bytes, and only the
+messages after it are serialised. Forwarded objects are never changed in place, so the same
+object is the same bytes; and orjson writes an object as its members' texts joined by commas,
+so the result is the bytes serialising the whole body gives.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
 from compressors.view import EditMemo
@@ -31,6 +40,22 @@ from compressors.wire import WireFormat
 MAX_SESSIONS = 64
 MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
 _COMMA, _CLOSE = ord(","), ord("]")
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A rewritten body a session forwarded: its bytes, its message objects and where each
+    ends in the bytes. The objects are never changed in place once forwarded (the view copies
+    what it edits), so the same object in the same place is the same bytes."""
+
+    head: bytes  # up to the first message: the members before the list, its key, "["
+    messages: list[Any]
+    data: bytes
+    ends: list[int]  # offset just past each message
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
 
 
 @dataclass(slots=True)
@@ -46,6 +71,7 @@ class Parsed:
     ends: list[int] = field(default_factory=list)  # offset just past each message
     edits: EditMemo = field(default_factory=EditMemo)  # the session's, carried along
     seen: SeenTexts = field(default_factory=SeenTexts)  # and what was derived from its texts
+    written: Written | None = None  # the last body forwarded for the session, rewritten
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +94,8 @@ class _Kept:
     messages: list[Any]
     edits: EditMemo
     seen: SeenTexts
+    written: Written | None
+    size: int  # bytes counted against the cache's limit
 
 
 class BodyCache:
@@ -128,13 +156,23 @@ class BodyCache:
         if parsed.start < 0 or len(parsed.ends) != len(parsed.messages):
             self.forget(key)
             return
-        kept = _Kept(raw, parsed.start, parsed.ends, parsed.messages, parsed.edits, parsed.seen)
+        size = len(raw) + (parsed.written.size if parsed.written is not None else 0)
+        kept = _Kept(
+            raw,
+            parsed.start,
+            parsed.ends,
+            parsed.messages,
+            parsed.edits,
+            parsed.seen,
+            parsed.written,
+            size,
+        )
         with self._lock:
             self._drop(key)
-            if len(raw) > self.max_bytes:
+            if size > self.max_bytes:
                 return
             self._kept[key] = kept
-            self.bytes += len(raw)
+            self.bytes += size
             while len(self._kept) > self.max_sessions or self.bytes > self.max_bytes:
                 self._drop(next(iter(self._kept)))
 
@@ -145,7 +183,7 @@ class BodyCache:
     def _drop(self, key: tuple[str, str]) -> None:
         kept = self._kept.pop(key, None)
         if kept is not None:
-            self.bytes -= len(kept.raw)
+            self.bytes -= kept.size
 
 
 def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
@@ -176,9 +214,60 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
         kept.ends[:reused],
         kept.edits,
         kept.seen,
+        kept.written,
     )
     _locate(parsed, raw, after, reused)
     return parsed
+
+
+def write(parsed: Parsed, key: str) -> bytes | None:
+    """The bytes of ``parsed.body`` as it is now (its messages, at ``key``, rewritten): what
+    ``jsontext.dumps`` gives, with the run of messages that starts the session's last forwarded
+    body taken from its bytes, not serialised again. Kept for the next request (``written``).
+    None when the body cannot be written this way (not a body the cache keeps, or it holds an
+    integer orjson cannot write): the caller serialises it whole."""
+    body = parsed.body
+    if parsed.start < 0 or not isinstance(body, dict):
+        return None
+    messages = body.get(key)
+    if not isinstance(messages, list):
+        return None
+    try:
+        before: list[bytes] = []
+        after: list[bytes] = []
+        members = before
+        for name, value in body.items():
+            if name == key:
+                members = after
+            else:
+                members.append(orjson.dumps(name) + b":" + orjson.dumps(value))
+        head = b"{" + b"".join(member + b"," for member in before) + orjson.dumps(key) + b":["
+        last = parsed.written
+        same = 0
+        if last is not None and last.head == head:
+            previous = last.messages
+            limit = min(len(messages), len(previous))
+            while same < limit and messages[same] is previous[same]:
+                same += 1
+        ends = last.ends[:same] if last is not None and same else []
+        chunks: list[bytes | memoryview] = [
+            memoryview(last.data)[: ends[-1]] if last is not None and same else head
+        ]
+        position = ends[-1] if ends else len(head)
+        for message in messages[same:]:
+            text = orjson.dumps(message)
+            if ends:
+                chunks.append(b",")
+                position += 1
+            chunks.append(text)
+            position += len(text)
+            ends.append(position)
+    except TypeError:  # an integer beyond 64 bits
+        return None
+    chunks.append(b"]" + b"".join(b"," + member for member in after) + b"}")
+    data = b"".join(chunks)
+    parsed.written = Written(head, list(messages), data, ends)
+    return data
 
 
 def _repeated(kept: _Kept, raw: bytes) -> int:

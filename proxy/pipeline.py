@@ -23,10 +23,10 @@ from compressors import jsontext
 from compressors.pipeline import CompressionSettings
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Kind, UnrecognisedBody
-from compressors.wire import FORMATS, parse_conversation
+from compressors.wire import FORMATS, WireFormat, parse_conversation
 from memory.interfaces import RequestClock
 from memory.state import StateConflict, StateUnavailable
-from proxy.bodies import BodyCache, Parsed
+from proxy.bodies import BodyCache, Parsed, write
 from proxy.flow import Addon, Flow
 from proxy.opt_out import OptOut
 from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
@@ -57,6 +57,14 @@ def _exact_bytes(data: bytes) -> bytes:
     """orjson's bytes keep the whole capacity of its growing buffer (a 400 KB body held 4 MB);
     a copy holds just the bytes, for as long as the body is forwarded and remembered."""
     return bytes(memoryview(data))
+
+
+def _forwarded(body: Any, parsed: Parsed, raw: bytes, wire: WireFormat) -> bytes:
+    """The rewritten body's bytes: the part that repeats the session's last forwarded body
+    reused (``bodies.write``) when it is the body ``parsed`` holds (not one parsed again to
+    decide again)."""
+    data = write(parsed, wire.messages_key) if body is parsed.body else None
+    return data if data is not None else _exact_bytes(jsontext.dumps(body))
 
 
 class Outcome:
@@ -221,7 +229,7 @@ def _rewrite(
             flow = Flow(dialect, session_id, kind, idle, headers, raw)
             changed = _run(addons, conversation, flow)
         outcome, out = (
-            (Outcome.REWRITTEN, _exact_bytes(jsontext.dumps(body)))
+            (Outcome.REWRITTEN, _forwarded(body, parsed, raw, wire))
             if changed
             else (Outcome.FORWARDED, raw)
         )

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from compressors.view import Dialect
 from compressors.wire import FORMATS
+from proxy import bodies as bodies_module
 from proxy.addons import build_addons
-from proxy.bodies import BodyCache
+from proxy.bodies import BodyCache, write
 from proxy.config import load_settings
 from proxy.flow import Addon
 from proxy.memory_api import memory_service
@@ -115,6 +116,67 @@ def test_memory_is_bounded() -> None:
     big = chat(turn(1), pad="x" * 20_000)
     bodies.remember(("big", "c"), big, bodies.parse(("big", "c"), CHAT, big))
     assert ("big", "c") not in bodies._kept
+
+
+# --- writing a rewritten body ----------------------------------------------------------------
+
+
+def _edited(message: dict[str, Any]) -> dict[str, Any]:
+    return {**message, "content": "[cut]"}
+
+
+def test_a_rewritten_body_is_written_as_a_whole_dumps_would_and_reuses_what_it_forwarded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bodies = BodyCache()
+    first = chat(turn(3), stream=True)
+    parsed = bodies.parse(KEY, CHAT, first)
+    messages = parsed.body["messages"]
+    messages[2] = cut = _edited(messages[2])  # what the view does: a copy, never in place
+    assert write(parsed, "messages") == orjson.dumps(parsed.body)
+    bodies.remember(KEY, first, parsed)
+    assert bodies.bytes == len(first) + len(orjson.dumps(parsed.body))
+
+    second = chat(turn(4), stream=True)
+    parsed = bodies.parse(KEY, CHAT, second)
+    parsed.body["messages"][2] = cut  # the same edit gives the same object again
+    parsed.body["messages"][5] = _edited(parsed.body["messages"][5])  # and a new one
+    serialised: list[Any] = []
+    original = orjson.dumps
+
+    def dumps(value: Any) -> bytes:
+        serialised.append(value)
+        return original(value)
+
+    monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
+    data = write(parsed, "messages")
+    monkeypatch.undo()
+    assert data == orjson.dumps(parsed.body)
+    # Messages 0-4 repeat the last forwarded body: only the rest is serialised.
+    assert [value for value in serialised if isinstance(value, dict)] == parsed.body["messages"][5:]
+    written = parsed.written
+    assert written is not None
+    starts = [len(written.head), *(end + 1 for end in written.ends[:-1])]
+    for start, end, message in zip(starts, written.ends, parsed.body["messages"], strict=True):
+        assert data[start:end] == orjson.dumps(message)
+
+
+def test_a_body_whose_other_members_changed_is_still_written_exactly() -> None:
+    bodies = BodyCache()
+    first = chat(turn(2))
+    parsed = bodies.parse(KEY, CHAT, first)
+    write(parsed, "messages")
+    bodies.remember(KEY, first, parsed)
+    second = orjson.dumps({"model": "m", "messages": turn(3), "tools": [{"x": 2}], "n": 1})
+    parsed = bodies.parse(KEY, CHAT, second)
+    assert parsed.reused > 0 and write(parsed, "messages") == second
+
+
+def test_a_body_it_cannot_write_is_left_to_the_caller() -> None:
+    parsed = BodyCache().parse(KEY, CHAT, chat(turn(2)))
+    parsed.body["messages"][1] = {"role": "user", "content": "x", "n": 2**70}
+    assert write(parsed, "messages") is None and parsed.written is None
+    assert write(BodyCache().parse(None, CHAT, chat(turn(2))), "messages") is None
 
 
 # --- the rewrite, with and without the cache ----------------------------------------------
