@@ -29,6 +29,7 @@ from proxy.config import (
     unknown_environment,
 )
 from proxy.doctor import add_doctor_parser, run_doctor
+from proxy.garbage import tune_garbage_collector
 from proxy.history_cli import add_history_parser, run_history
 from proxy.init_cli import add_init_parser, run_init
 from proxy.logs import configure_logging, redact_text
@@ -180,6 +181,7 @@ async def _serve(settings: Settings) -> None:
     log = logging.getLogger("deepmem")
     runner = web.AppRunner(create_app(settings), handler_cancellation=True, access_log=None)
     await runner.setup()
+    tune_garbage_collector()  # what start-up built stays out of every collection
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
