@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from proxy.logs import JsonFormatter, LogWriter, TextFormatter, configure_logging
 from tests.fake_upstream import FakeUpstream
+from tests.serving import serve_command
 
 ROOT = Path(__file__).parent.parent
 
@@ -108,21 +108,15 @@ async def test_a_standard_error_nobody_reads_does_not_stall_requests(
 ) -> None:
     """Regression: each line was written on the event loop, so once the pipe's buffer was
     full (64 KiB on Linux) the next write blocked the loop, and every request with it."""
-    command = [
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--port",
-        str(unused_tcp_port),
-        "--data-dir",
-        str(tmp_path / "data"),
+    command = serve_command(
+        unused_tcp_port,
+        tmp_path / "data",
         "--upstream",
         f"{upstream.url}/v1",
         "--log-level",
         "debug",
         "--log-bodies",
-    ]
+    )
     served = subprocess.Popen(command, stderr=subprocess.PIPE, cwd=ROOT)
     base = f"http://127.0.0.1:{unused_tcp_port}"
     timeout = aiohttp.ClientTimeout(total=20)

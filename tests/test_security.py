@@ -11,7 +11,6 @@ import logging
 import socket
 import string
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -25,6 +24,7 @@ from proxy.app import _upstream_url
 from proxy.config import Upstream, load_settings
 from proxy.logs import JsonFormatter, TextFormatter, redact_headers, redact_text
 from proxy.security import host_allowed
+from tests.serving import serve_command
 from tests.test_memory_injection import make_project
 
 ADMIN_GETS = ("/stats", "/metrics", "/memory/export", "/memory/stats", "/sessions/s/checkpoint")
@@ -458,18 +458,9 @@ async def test_connect_timeout_warning_hides_key_query(start_proxy, client, capl
 
 
 def test_startup_log_shows_no_upstream_credentials(tmp_path, unused_tcp_port):
-    command = [
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--port",
-        str(unused_tcp_port),
-        "--data-dir",
-        str(tmp_path),
-        "--upstream",
-        "x=http://user:pw-123@127.0.0.1:9/v1?key=k-4",
-    ]
+    command = serve_command(
+        unused_tcp_port, tmp_path, "--upstream", "x=http://user:pw-123@127.0.0.1:9/v1?key=k-4"
+    )
     process = subprocess.Popen(
         command, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent
     )
