@@ -139,7 +139,11 @@ class LogWriter(logging.Handler):
     The record's message is made text here, where it was logged (its arguments may change
     later), and so is an exception's traceback; everything else (the formatter, redaction, the
     write) happens on the writer thread. When ``capacity`` records are waiting, the next ones
-    are dropped, and the writer says how many before its next line."""
+    are dropped, and the writer says how many before its next line.
+
+    The standard library's ``QueueHandler`` formats the whole line where it was logged, reports
+    a full queue as an error, and its ``QueueListener`` waits without limit for a writer stuck
+    on a blocked output when it stops: none of which may happen on the event loop or at exit."""
 
     def __init__(self, target: logging.Handler, capacity: int = LOG_QUEUE_RECORDS) -> None:
         super().__init__()
