@@ -28,6 +28,7 @@ from tests.test_memory_injection import system_prompt
 CHUNK_EVERY = 0.02
 CHUNKS = 200  # four seconds of stream
 MAX_GAP = 0.1
+HOLD_WITHIN = 20.0  # seconds a test thread may wait to take its lock
 ATTEMPTS = 3  # a stall of the proxy's making comes back every time; a busy machine's may not
 SCHEDSTAT = Path("/proc/thread-self/schedstat")
 STREAMING_SESSION = "ses_streaming"
@@ -44,6 +45,21 @@ def runqueue_wait() -> float:
         return int(SCHEDSTAT.read_text().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+async def taken(holder: asyncio.Task[None], ready: threading.Event) -> None:
+    """Wait until ``holder``'s thread has taken its lock, failing if it ended without it.
+
+    Polled, not waited for on another thread: a waiting thread from the same pool could take
+    the last free worker ahead of the holder, and a holder that failed would never set it.
+    """
+    deadline = time.monotonic() + HOLD_WITHIN
+    while not ready.is_set():
+        if holder.done():
+            holder.result()
+            raise AssertionError("the holder ended without taking its lock")
+        assert time.monotonic() < deadline, f"the lock was not taken within {HOLD_WITHIN} s"
+        await asyncio.sleep(0.005)
 
 
 def big_import(entries: int = 1500) -> str:
@@ -163,7 +179,7 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
 
         async def capture_behind_the_lock() -> int:
             holder = asyncio.create_task(asyncio.to_thread(hold_notes_lock))
-            await asyncio.to_thread(lock_taken.wait)
+            await taken(holder, lock_taken)
             status = await chat(
                 agent_step("Remember: the staging database is read-only"), "ses_capture"
             )
@@ -173,7 +189,8 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
         database_locked, request_answered = threading.Event(), threading.Event()
 
         def hold_state_database() -> None:
-            other = sqlite3.connect(proxy.state.settings.data_dir / DB_NAME, timeout=0)
+            # Waits its turn: the proxy may be writing (the compaction, the import) right now.
+            other = sqlite3.connect(proxy.state.settings.data_dir / DB_NAME, timeout=HOLD_WITHIN)
             try:
                 other.execute("BEGIN IMMEDIATE")  # another process writing
                 database_locked.set()
@@ -185,7 +202,7 @@ async def test_a_stream_keeps_flowing_while_another_session_works(
 
         async def request_behind_the_locked_database() -> int:
             holder = asyncio.create_task(asyncio.to_thread(hold_state_database))
-            await asyncio.to_thread(database_locked.wait)
+            await taken(holder, database_locked)
             # fails open after the busy timeout
             status = await chat(agent_step("list the files"), "ses_database")
             request_answered.set()
