@@ -120,7 +120,10 @@ _CONTROL_WORDS = frozenset(
     ["if", "for", "while", "switch", "catch", "else", "do", "return", "try", "elif", "with"]
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
-_PATH = re.compile(r"(?:\.{1,2}/)*[\w$@~-][\w.$@~-]*(?:/[\w.$@~-]+)+")
+# A path with a slash inside, or a relative module (./util, ../../config) as imports name one
+_PATH = re.compile(
+    r"(?:\.{1,2}/)+[\w$@~-][\w.$@~-]*(?:/[\w.$@~-]+)*|[\w$@~-][\w.$@~-]*(?:/[\w.$@~-]+)+"
+)
 _COMMON_WORDS = frozenset(
     ["self", "this", "cls", "def", "class", "return", "if", "else", "elif", "for", "while", "in",
      "is", "not", "and", "or", "none", "true", "false", "null", "nil", "import", "from", "as",

@@ -53,10 +53,12 @@ FOCUS_WEIGHT = 8
 MAX_FOCUS_PER_LINE = 3
 MAX_FOCUS_TERMS = 32  # task terms searched for, of those the output contains at all
 _NOT_FEATURE = bytes(byte for byte in range(256) if byte not in FEATURE_BYTES)
-# A compound name: dotted, a path or file:line, snake_case, camelCase or CamelCase
+# A compound name: a relative module, dotted, a path or file:line, snake_case, camelCase or
+# CamelCase
 # (possessive quantifiers: no backtracking inside a word)
 _NAME = re.compile(
-    r"[A-Za-z_$][\w$]*+(?:[./:-][\w$]++)++"
+    r"(?:\.\.?+/)++[\w$@~-][\w.$@~-]*+(?:/[\w.$@~-]++)*+"  # a relative module: ./util, ../lib
+    r"|[A-Za-z_$][\w$]*+(?:[./:-][\w$]++)++"
     r"|_*+[A-Za-z$][A-Za-z0-9$]*+_[\w$]*+"
     r"|[a-z][a-z0-9]*+[A-Z][\w$]*+"
     r"|[A-Z][a-z0-9]++[A-Z][\w$]*+"

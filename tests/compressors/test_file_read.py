@@ -258,3 +258,28 @@ def test_hostile_input_never_raises() -> None:
             output = ToolOutput(text, tool, '{"command": "cat f"}')
             result = file_read.compress(output, Budget(1000))
             assert result is None or len(result.text) < len(text)
+
+
+def test_relative_modules_an_import_names_stay_visible() -> None:
+    """`./checkpointBranch` is the path an agent opens next; it has no slash inside, and was
+    not an identifier of its line (regression: only its bare name could be listed)."""
+    source = [f"import {{ load{k}, Store{k} }} from './feature{k}';" for k in range(30)]
+    source += ["import * as vscode from 'vscode';", "import { base } from '../../shared';", ""]
+    for k in range(40):
+        source += [
+            f"export function activate{k}(context: vscode.ExtensionContext): void {{",
+            f"  const store = new Store{k}(context.globalState, load{k}(context));",
+            "  store.refresh();",
+            "  context.subscriptions.push(store);",
+            "}",
+            "",
+        ]
+    lines = ["<path>/repo/src/extension.ts</path>", "<type>file</type>", "<content>"]
+    lines += [f"{n}: {line}" for n, line in enumerate(source, 1)]
+    lines += ["", f"(End of file - total {len(source)} lines)", "</content>"]
+    text = "\n".join(lines)
+    name, result = _run(text, "read", {"filePath": "/repo/src/extension.ts"})
+    assert name == "file_read" and len(result.text) < len(text) // 2
+    assert "'../../shared'" in result.text or "../../shared," in result.text
+    hidden = [k for k in range(30) if f"./feature{k}" not in result.text]
+    assert hidden == []

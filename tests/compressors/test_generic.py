@@ -187,3 +187,15 @@ def test_gaps_name_identifiers_that_only_their_lines_hold() -> None:
             named += 1
         position += int(gap.group(1))
     assert named >= 10
+
+
+def test_gaps_name_relative_modules() -> None:
+    """A relative module (./loader7, ../../config) is a name: regression, only names with a
+    letter first were found, so `./loader7` was never listed."""
+    lines = ["bundling entry points"]
+    lines += [f"chunk {i}: resolved ./loader{i} (2 kB)" for i in range(300)]
+    lines += ["resolved ../../config", "done"]
+    out = _run("\n".join(lines)).text
+    mentioned = ", ".join(re.findall(r"they mention: (.*) …\]", out)).split(", ")
+    assert len([name for name in mentioned if re.fullmatch(r"\./loader\d+", name)]) >= 10
+    assert "../../config" in out
