@@ -461,10 +461,13 @@ class MemoryIndex:
             dense = self.dense.similar(vector, best)
             if dense is None:
                 return best
-            return {
+            fused = {
                 unit: DENSE_WEIGHT * max(value, 0.0) + (1 - DENSE_WEIGHT) * best.get(unit, 0.0)
                 for unit, value in dense.items()
             }
+            for unit, similarity in best.items():
+                fused.setdefault(unit, similarity)  # an entry the scorer has no vector for yet
+            return fused
         return best
 
     def raw_scores(self, query: str) -> list[float]:

@@ -7,14 +7,16 @@ memory search is BM25 alone.
 
 When the model runs (never a generative model, never per step):
 - once per memory entry text, when an index first sees it: at start-up for the memory that
-  exists, then for each entry stored or edited. Vectors are cached by the entry's content key
-  (``compressors.markers.ccr_key``) in ``<data_dir>/embeddings.sqlite3``, so a restart or a
-  second replica on the same data dir does not compute them again;
+  exists, then for each entry stored or edited (beyond ``INLINE_ENTRIES`` new entries at once,
+  the rest on a thread of its own: they are found by words until then). Vectors are cached
+  by the entry's content key (``compressors.markers.ccr_key``) in
+  ``<data_dir>/embeddings.sqlite3``, so a restart or a second replica on the same data dir
+  does not compute them again;
 - once per new user message (recall) and per memory search call, for the query;
 - once per store, for the new entry, to refuse near-duplicates by meaning.
 
-All of it on worker threads (the request rewriters, start-up's index thread, the memory API's),
-never on the event loop.
+All of it on worker threads (the request rewriters, start-up's index thread, the memory API's,
+the thread that embeds entries aside), never on the event loop.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +48,11 @@ DUPLICATE_FLOOR = 0.9
 MAX_QUERY_CHARS = 500  # the cost grows with the text (500 chars: ~5 ms); its start says enough
 CACHE_FILE = "embeddings.sqlite3"
 MEMORY_CACHE = 50_000  # vectors kept in memory (2 KB each)
+# New entries a search embeds itself when the index it uses changed (a store, an edit); more
+# (a compaction's checkpoint: 30-60 entries, 4-5 ms each) are embedded on a thread of their own
+# and are found by words alone until then. The first index (start-up) embeds everything.
+INLINE_ENTRIES = 8
+BATCH = 8  # entries embedded per call on that thread: other calls wait at most one batch
 
 
 class SemanticUnavailable(RuntimeError):
@@ -156,6 +164,9 @@ class Embeddings:
         self.cache = VectorCache(cache_path)
         self.name = MODEL
         self.failure: str | None = None  # why the model could not be used: search is BM25 alone
+        self._later: list[tuple[list[str], Callable[[], None]]] = []  # (texts, then) to embed
+        self._later_lock = threading.Lock()
+        self._filler: threading.Thread | None = None
 
     def warm(self) -> None:
         """Load the model now (start-up), not on the first user message."""
@@ -170,6 +181,43 @@ class Embeddings:
             self.failure = str(exc)
             log.warning("memory search by meaning is off: %s", exc)
             return None
+
+    def cached(self, texts: Sequence[str]) -> dict[str, Any]:
+        """The vectors of ``texts`` already computed, by text."""
+        numpy = _numpy()
+        keys = {text: ccr_key(text) for text in texts}
+        known = self.cache.get(list(keys.values()))
+        return {
+            text: numpy.frombuffer(known[key], numpy.float32)
+            for text, key in keys.items()
+            if key in known
+        }
+
+    def embed_later(self, texts: Sequence[str], then: Callable[[], None]) -> None:
+        """Compute the vectors of ``texts`` on a thread of its own, ``BATCH`` at a time,
+        then call ``then``."""
+        with self._later_lock:
+            self._later.append((list(texts), then))
+            if self._filler is None:
+                self._filler = threading.Thread(
+                    target=self._fill, name="deepmem-embeddings", daemon=True
+                )
+                self._filler.start()
+
+    def _fill(self) -> None:
+        while True:
+            with self._later_lock:
+                if not self._later:
+                    self._filler = None
+                    return
+                texts, then = self._later.pop(0)
+            try:
+                for batch in [texts[n : n + BATCH] for n in range(0, len(texts), BATCH)]:
+                    if self._guarded(partial(self.vectors, batch)) is None:
+                        break
+            except Exception:  # the index asks again at its next rebuild
+                log.exception("memory entries not embedded")
+            then()
 
     def vectors(self, texts: Sequence[str]) -> Any:
         """Unit vectors of ``texts`` (an (n, 512) float32 array), each computed once."""
@@ -213,35 +261,63 @@ class SemanticScorer:
         self.name = embeddings.name
         self._matrix: Any = None
         self._rows: dict[str, Any] = {}  # the last index's vector of each text
+        self._texts: list[str] = []
+        self._waiting: set[int] = set()  # positions whose vector is being computed aside
+        self._ready = False  # those vectors are computed: index again at the next search
+        self._indexed = False  # the first index embeds every entry; later ones INLINE_ENTRIES
 
     def index(self, texts: Sequence[str]) -> None:
         """The matrix of ``texts``; a text the last index had keeps its row (a memory file
-        that changed is parsed again, the others keep their entries: most texts are known)."""
+        that changed is parsed again, the others keep their entries: most texts are known).
+        Beyond ``INLINE_ENTRIES`` new texts, the rest are embedded aside (``waiting``)."""
+        self._texts, self._waiting, self._ready = list(texts), set(), False
         if not texts:
             self._matrix, self._rows = None, {}
             return
         known = self._rows
         missing = list(dict.fromkeys(text for text in texts if text not in known))
         embeddings = self.embeddings
+        if missing:
+            found = embeddings._guarded(lambda: embeddings.cached(missing))
+            if found is None:
+                self._matrix, self._rows = None, {}
+                return
+            known = {**known, **found}
+            missing = [text for text in missing if text not in found]
+        aside = missing[INLINE_ENTRIES:] if self._indexed else []
+        missing = missing[: len(missing) - len(aside)]
         computed = embeddings._guarded(lambda: embeddings.vectors(missing)) if missing else []
         if computed is None:
             self._matrix, self._rows = None, {}
             return
+        self._indexed = True
         rows = {**known, **dict(zip(missing, computed, strict=True))}
-        self._matrix = _numpy().stack([rows[text] for text in texts])
-        self._rows = {text: rows[text] for text in texts}
+        if aside:
+            self._waiting = {n for n, text in enumerate(texts) if text not in rows}
+            embeddings.embed_later(aside, self._vectors_ready)
+        zero = _numpy().zeros(DIMENSIONS, _numpy().float32)
+        self._matrix = _numpy().stack([rows.get(text, zero) for text in texts])
+        self._rows = {text: rows[text] for text in texts if text in rows}
+
+    def _vectors_ready(self) -> None:
+        self._ready = True
 
     def embed(self, text: str) -> object | None:
         return self.embeddings._guarded(lambda: self.embeddings.query(text))
 
     def similar(self, vector: object, also: Iterable[int]) -> dict[int, float] | None:
+        if self._ready:
+            self.index(self._texts)  # the vectors computed aside are in the cache now
         if self._matrix is None:
             return None if self.embeddings.failure is not None else {}
         numpy = _numpy()
         cosines = self._matrix @ vector
         chosen = numpy.union1d(numpy.flatnonzero(cosines >= self.floor), list(also))
         chosen = chosen.astype(numpy.int64)
-        return dict(zip(chosen.tolist(), cosines[chosen].tolist(), strict=True))
+        found = dict(zip(chosen.tolist(), cosines[chosen].tolist(), strict=True))
+        for position in self._waiting:
+            found.pop(position, None)  # no vector yet: by words alone
+        return found
 
     def most_similar(self, text: str, others: Sequence[str]) -> tuple[int, float]:
         """The index of the text of ``others`` closest in meaning to ``text``, and its cosine

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
+import time
 import zlib
 from collections.abc import Sequence
 from datetime import date
@@ -226,3 +228,43 @@ def test_a_message_is_not_embedded_while_memory_is_empty(tmp_path: Path) -> None
     assert [line.text for line in hits] == ["we ship every friday"]  # by meaning: no shared word
     assert "how do we release on fridays" in model.embedded
     catalog.close()
+
+
+def test_many_new_entries_are_embedded_aside_and_found_by_words_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Regression: a compaction's checkpoint (30-60 entries) was embedded by the next search,
+    on its request's path and under the index lock every session of the project waits for."""
+    gate = threading.Event()
+
+    class GatedModel(ToyModel):
+        def embed(self, texts: Sequence[str]) -> Any:
+            if threading.current_thread().name == "deepmem-embeddings":
+                assert gate.wait(10)
+            return super().embed(texts)
+
+    model = GatedModel()
+    path = _memory(tmp_path, "## Facts\n- invoices are numbered per tenant\n")
+    index = MemoryIndex([path], dense=Embeddings(None, model).scorer())
+    assert index.search("invoices", now=NOW)  # the first index: every entry, at once
+    new = [f"note {n} about the weekly report of team {n}" for n in range(20)]
+    new.append("releases go through the staging cluster first")
+    path.write_text(
+        "## Facts\n- invoices are numbered per tenant\n" + "".join(f"- {t}\n" for t in new),
+        encoding="utf-8",
+    )
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    model.embedded.clear()
+    by_words = index.search("staging cluster", floor=0.2, now=NOW)
+    assert [hit.entry.text for hit in by_words] == [new[-1]]  # found by its words meanwhile
+    inline = [text for text in model.embedded if text in new]
+    assert len(inline) == semantic.INLINE_ENTRIES and new[-1] not in inline
+    assert index.search("how do we ship", floor=0.2, now=NOW) == []  # no vector yet
+    gate.set()
+    deadline = time.monotonic() + 10
+    while not (hits := index.search("how do we ship", floor=0.2, now=NOW)):
+        assert time.monotonic() < deadline, "the entries embedded aside were never searched"
+        time.sleep(0.01)
+    assert [hit.entry.text for hit in hits] == [new[-1]]  # by meaning, no shared word
+    assert sorted(set(model.embedded) & set(new)) == sorted(new)  # each once
+    assert len([t for t in model.embedded if t in new]) == len(new)
