@@ -51,8 +51,11 @@ class Checkpoints:
 
     def _run(self) -> None:
         try:
-            connection = sqlite3.connect(
-                self._path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None
+            connection = sqlite3.connect(  # mode=rw: a database removed meanwhile stays gone
+                f"{self._path.resolve().as_uri()}?mode=rw",
+                timeout=BUSY_TIMEOUT_SECONDS,
+                isolation_level=None,
+                uri=True,
             )
         except sqlite3.Error as exc:
             log.warning("cannot checkpoint %s: %s", self._path, exc)

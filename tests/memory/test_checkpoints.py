@@ -69,3 +69,16 @@ def test_an_in_memory_database_has_no_checkpoints() -> None:
     with write_transaction(db):
         db.execute("INSERT INTO t VALUES (1)")
     assert getattr(db, "checkpoints", None) is None
+
+
+def test_a_database_removed_meanwhile_is_not_created_again(tmp_path: Path) -> None:
+    directory = tmp_path / "data dir with spaces"
+    directory.mkdir()
+    path = directory / "state.sqlite3"
+    db = open_database(path)
+    checkpoints = db.checkpoints  # type: ignore[attr-defined]
+    db.close()
+    path.unlink()
+    checkpoints.nudge()
+    assert wait_for(lambda: not checkpoint_threads())
+    assert not path.exists()
