@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
+from operator import is_
 from typing import TYPE_CHECKING, Any
 
 from compressors import jsontext
@@ -351,11 +352,7 @@ class EditMemo:
         of the same container gave before."""
         key = (id(container), op)
         entry = self._current.get(key) or self._previous.get(key)
-        if (
-            entry is None
-            or entry[0] is not container
-            or any(a is not b for a, b in zip(entry[1], refs, strict=True))
-        ):
+        if entry is None or entry[0] is not container or not all(map(is_, entry[1], refs)):
             entry = (container, refs, make(container))
         self._current[key] = entry
         return entry[2]
