@@ -59,7 +59,7 @@ def _exact_bytes(data: bytes) -> bytes:
     return bytes(memoryview(data))
 
 
-def _forwarded(body: Any, parsed: Parsed, raw: bytes, wire: WireFormat) -> bytes:
+def _forwarded(body: Any, parsed: Parsed, wire: WireFormat) -> bytes:
     """The rewritten body's bytes: the part that repeats the session's last forwarded body
     reused (``bodies.write``) when it is the body ``parsed`` holds (not one parsed again to
     decide again)."""
@@ -229,7 +229,7 @@ def _rewrite(
             flow = Flow(dialect, session_id, kind, idle, headers, raw)
             changed = _run(addons, conversation, flow)
         outcome, out = (
-            (Outcome.REWRITTEN, _forwarded(body, parsed, raw, wire))
+            (Outcome.REWRITTEN, _forwarded(body, parsed, wire))
             if changed
             else (Outcome.FORWARDED, raw)
         )

@@ -54,8 +54,7 @@ MAX_FOCUS_PER_LINE = 3
 MAX_FOCUS_TERMS = 32  # task terms searched for, of those the output contains at all
 _NOT_FEATURE = bytes(byte for byte in range(256) if byte not in FEATURE_BYTES)
 # A compound name: a relative module, dotted, a path or file:line, snake_case, camelCase or
-# CamelCase
-# (possessive quantifiers: no backtracking inside a word)
+# CamelCase (possessive quantifiers: no backtracking inside a word)
 _NAME = re.compile(
     r"(?:\.\.?+/)++[\w$@~-][\w.$@~-]*+(?:/[\w.$@~-]++)*+"  # a relative module: ./util, ../lib
     r"|[A-Za-z_$][\w$]*+(?:[./:-][\w$]++)++"
