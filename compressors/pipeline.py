@@ -388,8 +388,11 @@ def compress(
     if live_start > head_end:
         stripped = _strip_old_turns(conversation, head_end, live_start, settings, seen, result)
         if settings.cut_old_calls:
+            # Responses messages were renumbered if reasoning items went whole: the live turn
+            # begins where the view says now.
+            live_now = conversation.last_user_message
             stripped = (
-                _cut_old_calls(conversation, head_end, live_start, memo, seen, result) or stripped
+                _cut_old_calls(conversation, head_end, live_now, memo, seen, result) or stripped
             )
         if stripped and result.event is None and new_turn:
             memo.events += 1

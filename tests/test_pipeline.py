@@ -463,6 +463,25 @@ def test_old_turns_calls_are_cut_live_turn_calls_are_byte_identical(dialect: str
     assert orjson.dumps(again.body) == orjson.dumps(sent)
 
 
+def test_responses_live_turn_call_kept_when_old_reasoning_items_go() -> None:
+    """Regression: dropping an old turn's reasoning items renumbers the Responses input, and
+    calls were then cut against the live turn's index as it arrived: with two items gone, the
+    live turn's own call was cut."""
+    original = request_body("responses", _written_file_session(), [])
+    thought = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}]}
+    first_call = next(
+        i for i, e in enumerate(original["input"]) if e.get("type") == "function_call"
+    )
+    original["input"][first_call:first_call] = [thought, copy.deepcopy(thought)]
+    live_call = original["input"][-2]
+    assert live_call["type"] == "function_call"
+    conversation = parse_conversation(Dialect.OPENAI_RESPONSES, copy.deepcopy(original))
+    outcome = compress(conversation, SessionMemo(), SETTINGS)
+    assert outcome.counters["reasoning_dropped"] == 2
+    assert outcome.counters["calls_cut"] == 1  # the old turn's, not the live one's
+    assert conversation.body["input"][-2] == live_call
+
+
 def test_cutting_old_calls_can_be_turned_off() -> None:
     messages = _written_file_session()
     settings = CompressionSettings(cut_old_calls=False)
