@@ -53,7 +53,7 @@ from compressors.registry import (
     is_subagent_report,
 )
 from compressors.tokens import estimate_tokens
-from compressors.view import Conversation, Item, Kind, Role
+from compressors.view import Conversation, Item, Kind, Role, Settled
 
 R = TypeVar("R")
 
@@ -170,20 +170,28 @@ class SeenTexts:
     them once), so what is derived from a text is computed once too. Each entry holds its text,
     so an id cannot stand for another object while the entry lives; after each request only
     the entries that request used are kept. The proxy keeps one per session beside its parsed
-    body (and forgets both together).
+    body (and forgets both together), and with it what ``compress`` made of the last request
+    (``trail``).
     """
 
-    __slots__ = ("_current", "_derived", "_derived_before", "_previous")
+    __slots__ = ("_current", "_derived", "_derived_before", "_previous", "trail")
 
     def __init__(self) -> None:
         self._previous: dict[int, tuple[Any, ...]] = {}
         self._current: dict[int, tuple[Any, ...]] = {}
         self._derived: dict[tuple[int, str], tuple[str, Any]] = {}
         self._derived_before: dict[tuple[int, str], tuple[str, Any]] = {}
+        self.trail: Trail | None = None
 
     def next_request(self) -> None:
         self._previous, self._current = self._current, {}
         self._derived_before, self._derived = self._derived, {}
+
+    def carry(self) -> None:
+        """Keep what the last request used for the next one too: this one repeats those
+        texts without looking them up (``compress`` resumed the last request's messages)."""
+        self._current = {**self._previous, **self._current}
+        self._derived = {**self._derived_before, **self._derived}
 
     def derive(self, text: str, tag: str, compute: Callable[[str], R]) -> R:
         """``compute(text)``, computed once per text object (and ``tag``: what is derived)."""
@@ -271,15 +279,50 @@ class _Candidate:
     tokens: int
 
 
-def _latest_step_calls(items: list[Item]) -> set[str]:
-    """Call ids of the last run of tool calls not interrupted by a tool result."""
-    calls: set[str] = set()
-    for item in reversed(items):
-        if item.kind is Kind.TOOL_CALL:
-            calls.add(item.call_id or "")
-        elif item.kind is Kind.TOOL_RESULT and calls:
-            break
-    return calls
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """Where a conversation's latest step is, from its items (in wire order)."""
+
+    calls: set[str | None]  # call ids of the last run of tool calls not interrupted by a result
+    running: set[str | None]  # call ids after the last tool result
+    last_call: int  # the wire message of the last tool call, -1 if none
+    last_result: int  # the wire message of the last tool result, -1 if none
+
+    @classmethod
+    def of(cls, items: list[Item], before: _Step | None = None) -> _Step:
+        """The step of ``items``; with ``before``, the step of the items before them
+        followed by ``items``."""
+        calls: set[str | None] = set()
+        running: set[str | None] | None = None
+        step: set[str | None] | None = None
+        for item in reversed(items):
+            if item.kind is Kind.TOOL_CALL:
+                calls.add(item.call_id or "")
+            elif item.kind is Kind.TOOL_RESULT:
+                if running is None:
+                    running = set(calls)
+                if calls:
+                    step = calls
+                    break
+        last_call = max((i.message for i in items if i.kind is Kind.TOOL_CALL), default=-1)
+        last_result = max((i.message for i in items if i.kind is Kind.TOOL_RESULT), default=-1)
+        if before is None:
+            return cls(
+                calls if step is None else step,
+                calls if running is None else running,
+                last_call,
+                last_result,
+            )
+        if step is None:  # the run goes on into the items before, or begins there
+            step = calls | before.running if calls else before.calls
+        if running is None:
+            running = calls | before.running
+        return cls(
+            step,
+            running,
+            max(last_call, before.last_call),
+            max(last_result, before.last_result),
+        )
 
 
 def _first_user_message(conversation: Conversation) -> int:
@@ -300,12 +343,31 @@ def compress(
 ) -> CompressionResult:
     """Compress ``conversation`` in place; update ``memo``; never touch protected zones.
     ``ahead`` holds compressions computed beforehand (``precompute``), ``seen`` what the
-    session's earlier requests derived from the texts this one repeats: the result is the
-    same with or without them, only sooner."""
-    result = CompressionResult()
-    items = conversation.items
+    session's earlier requests derived from the texts this one repeats and what the last one
+    made of its messages (``Trail``): the result is the same with or without them, only
+    sooner."""
     seen = SeenTexts() if seen is None else seen
     seen.next_request()
+    trail, seen.trail = seen.trail, None
+    if trail is not None:
+        resumed = _resume(conversation, memo, settings, trail, seen, cache_cold, ahead)
+        if resumed is not None:
+            return resumed
+    return _compress(conversation, memo, settings, seen, cache_cold, ahead)
+
+
+def _compress(
+    conversation: Conversation,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    seen: SeenTexts,
+    cache_cold: bool,
+    ahead: Compressions | None,
+) -> CompressionResult:
+    """``compress`` of the whole conversation."""
+    result = CompressionResult()
+    mark = conversation.mark() if conversation.shares_edits else None
+    items = conversation.items
     head_end = _first_user_message(conversation)
     live_start = conversation.last_user_message
     turn = _turn_fingerprint(conversation)
@@ -313,11 +375,279 @@ def compress(
     memo.turn = turn
 
     focus = _focus(conversation, head_end, memo)
-    candidates = _candidates(conversation, head_end, focus, memo, seen)
-    in_tail = _tail_flags(items, candidates, live_start, settings, memo.level)
-    pending: list[_Candidate] = []
-    fresh: list[_Candidate] = []
+    call_arguments = _call_arguments(items)
+    copies: dict[str, int] = {}
+    candidates = _candidates(items, head_end, focus, memo, seen, call_arguments, copies)
+    step = _Step.of(items)
+    in_tail = _tail_flags(candidates, step, live_start, settings, memo.level)
+    compressible, fresh, pending = _sort(
+        conversation, candidates, in_tail, live_start, memo, settings, result
+    )
+    other_tokens = _other_tokens(items, candidates, seen)
+    pressure = other_tokens + _candidate_tokens(candidates, memo)
+    event = _event(memo, settings, pressure, pending, cache_cold, new_turn)
+    # Outputs compressed at a shallower level than the session's (after a pressure event, or
+    # left over by the work cap) are due too, in the same or the next event.
+    stale = [
+        c
+        for c in compressible
+        if (d := memo.decisions.get(c.fp)) is not None and 0 < d.level < memo.level and not d.final
+    ]
+    # A deeper re-compression rewrites most of the prompt: only when the cache is cold anyway,
+    # or when asked to on pressure.
+    if event is None and stale and (cache_cold or settings.recompress_on_pressure):
+        event = "cold" if cache_cold else "pressure"
+    due = fresh if event is None else [*fresh, *pending]
+    if event is not None and (cache_cold or settings.recompress_on_pressure):
+        due += stale
+    if event is not None:
+        memo.events += 1
+        result.event = event
+        result.counters[f"event:{event}"] += 1
+
+    result.tokens_before = sum(c.tokens for c in candidates)
+    _compress_due(conversation, compressible, due, memo, settings, result, ahead)
+    result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
+    result.kept_in_full = [c for c in candidates if _kept_in_full(c, memo)]
+
+    recurring: Counter[str] = Counter()
+    if live_start > head_end:
+        before = Counter(result.counters)
+        stripped = _strip_old_turns(conversation, head_end, live_start, settings, seen, result)
+        if settings.cut_old_calls:
+            # Responses messages were renumbered if reasoning items went whole: the live turn
+            # begins where the view says now.
+            live_now = conversation.last_user_message
+            stripped = (
+                _cut_old_calls(conversation, head_end, live_now, memo, seen, result) or stripped
+            )
+        recurring = result.counters - before
+        del recurring["calls_cut"]  # counted when decided, not each time a call is sent cut
+        if stripped and result.event is None and new_turn:
+            memo.events += 1
+            result.event = "turn"
+            result.counters["event:turn"] += 1
+    if mark is not None:
+        seen.trail = _trail(
+            conversation,
+            memo,
+            settings,
+            result,
+            head_end,
+            conversation.settle(mark),
+            copies,
+            call_arguments,
+            candidates,
+            other_tokens,
+            recurring,
+            step,
+        )
+    return result
+
+
+def _resume(
+    conversation: Conversation,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    trail: Trail,
+    seen: SeenTexts,
+    cache_cold: bool,
+    ahead: Compressions | None,
+) -> CompressionResult | None:
+    """``compress`` of a step that repeats every message of the session's last request and
+    adds some, when that is the only work: it begins no turn, makes no event, and none of the
+    repeated outputs is in its protected tail. Then the repeated messages are sent as last
+    time (their decisions stand, their turns were old already) and only the new ones are
+    compressed. None (nothing changed) when the whole conversation must be compressed."""
+    if (
+        memo is not trail.memo
+        or _marks(memo) != trail.marks
+        or settings != trail.settings
+        or cache_cold
+        or settings.recompress_on_pressure
+        or settings.recent_tokens
+        or not settings.compress_live_turn
+    ):
+        return None
+    known = conversation.repeats(trail.settled)
+    if not known or _first_user_message(conversation) != trail.head_end:
+        return None
+    items = conversation.items
+    added = items[known:]
+    if any(item.role is Role.USER and item.kind is Kind.TEXT for item in added):
+        return None  # the turn may have changed
+    step = _Step.of(added, trail.step)
+    if trail.step.last_result > step.last_call or not step.calls.isdisjoint(trail.result_calls):
+        return None  # a repeated output may be in this step's protected tail
+    assert memo.focus is not None  # set by the request that left the trail
+    new_calls = _call_arguments(added)
+    call_arguments = {**trail.call_arguments, **new_calls}
+    copies = dict(trail.copies)
+    candidates = _candidates(
+        added, trail.head_end, memo.focus[1], memo, seen, call_arguments, copies
+    )
+    in_tail = _tail_flags(candidates, step, conversation.last_user_message, settings, memo.level)
+    pending, pending_tokens = trail.pending, trail.pending_tokens
+    for candidate, tail in zip(candidates, in_tail, strict=True):
+        decision = memo.decisions.get(candidate.fp)
+        if not tail and decision is not None and decision.level == 0 and not decision.final:
+            pending += 1
+            pending_tokens += candidate.tokens
+    if pending and pending_tokens > settings.tail_tokens:
+        return None  # a batch event
+
+    mark = conversation.mark(known)
+    conversation.resume(trail.settled)
+    seen.carry()
+    result = CompressionResult(
+        changed=trail.changed,
+        originals=dict(trail.originals),
+        counters=Counter(trail.recurring),
+        changes=list(trail.changes),
+    )
+    compressible, fresh, _ = _sort(
+        conversation, candidates, in_tail, conversation.last_user_message, memo, settings, result
+    )
+    other_tokens = trail.other_tokens + _other_tokens(added, candidates, seen)
+    pressure = other_tokens + trail.candidate_tokens + _candidate_tokens(candidates, memo)
+    # No event is due (ruled out above): this only moves the level when a threshold is crossed.
+    _event(memo, settings, pressure, [], False, False)
+    result.tokens_before = trail.tokens_before + sum(c.tokens for c in candidates)
+    _compress_due(conversation, compressible, fresh, memo, settings, result, ahead)
+    result.tokens_after = trail.tokens_after + sum(
+        estimate_tokens(c.item.value) for c in candidates
+    )
+    result.kept_in_full = trail.kept_in_full + [c for c in candidates if _kept_in_full(c, memo)]
+    seen.trail = _trail(
+        conversation,
+        memo,
+        settings,
+        result,
+        trail.head_end,
+        conversation.settle(mark, trail.settled),
+        copies,
+        call_arguments,
+        candidates,
+        other_tokens,
+        trail.recurring,
+        step,
+        trail,
+    )
+    return result
+
+
+@dataclass(slots=True, eq=False)
+class Trail:
+    """What ``compress`` made of a session's last request, for its next one (``_resume``):
+    how its messages were left, and the parts of its result they account for."""
+
+    memo: SessionMemo
+    settings: CompressionSettings
+    marks: tuple[int, int, int, int]  # the memo's, when it was left (``_marks``)
+    head_end: int
+    settled: Settled
+    copies: dict[str, int]  # how many copies of each output so far, less one
+    call_arguments: dict[str | None, str]
+    result_calls: set[str | None]  # the call ids of the candidates
+    pending: int  # outputs sent in full that are not final: due at the next event
+    pending_tokens: int
+    other_tokens: int  # of the items that are not candidates, as they arrived
+    candidate_tokens: int  # of the candidates, as sent
+    tokens_before: int
+    tokens_after: int
+    originals: dict[str, str]
+    changes: list[Change]  # as a later request reports them
+    recurring: Counter[str]  # what every request counts again (reasoning, reminders dropped)
+    kept_in_full: list[_Candidate]
+    changed: bool
+    step: _Step  # as the walk numbered the messages
+
+
+# Changes that are new only in the request that decided them; the others are reported alike
+# by every request that makes them (reasoning and reminders of old turns).
+_DECIDED = frozenset({ChangeKind.COMPRESSED, ChangeKind.DEDUPED, ChangeKind.CALL_CUT})
+
+
+def _marks(memo: SessionMemo) -> tuple[int, int, int, int]:
+    """What changes whenever a decision of the memo does: only ``compress`` changes them, and
+    never without adding an event or a decision."""
+    return (memo.events, len(memo.decisions), memo.level, memo.thresholds_crossed)
+
+
+def _trail(
+    conversation: Conversation,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    result: CompressionResult,
+    head_end: int,
+    settled: Settled,
+    copies: dict[str, int],
+    call_arguments: dict[str | None, str],
+    candidates: list[_Candidate],
+    other_tokens: int,
+    recurring: Counter[str],
+    step: _Step,
+    earlier: Trail | None = None,
+) -> Trail:
+    """The trail ``result`` leaves; ``candidates``: all of them, or those after ``earlier``'s."""
+    pending = pending_tokens = sent_tokens = 0
+    decisions = memo.decisions
+    for candidate in candidates:
+        decision = decisions[candidate.fp]
+        if decision.text is not None:
+            sent_tokens += estimate_tokens(decision.text)
+        else:
+            sent_tokens += candidate.tokens
+            if decision.level == 0 and not decision.final:
+                pending += 1
+                pending_tokens += candidate.tokens
+    calls = {c.item.call_id for c in candidates}
+    if earlier is not None:
+        pending += earlier.pending
+        pending_tokens += earlier.pending_tokens
+        sent_tokens += earlier.candidate_tokens
+        calls |= earlier.result_calls
+    return Trail(
+        memo,
+        settings,
+        _marks(memo),
+        head_end,
+        settled,
+        copies,
+        call_arguments,
+        calls,
+        pending,
+        pending_tokens,
+        other_tokens,
+        sent_tokens,
+        result.tokens_before,
+        result.tokens_after,
+        result.originals,
+        [
+            replace(change, new=False) if change.new and change.kind in _DECIDED else change
+            for change in result.changes
+        ],
+        recurring,
+        result.kept_in_full,
+        result.changed,
+        step,
+    )
+
+
+def _sort(
+    conversation: Conversation,
+    candidates: list[_Candidate],
+    in_tail: list[bool],
+    live_start: int,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    result: CompressionResult,
+) -> tuple[list[_Candidate], list[_Candidate], list[_Candidate]]:
+    """Decide what needs no event (final outputs, and those of the protected tail, which are
+    applied) and sort the rest: (compressible, never decided, sent in full so far)."""
     compressible: list[_Candidate] = []
+    fresh: list[_Candidate] = []
+    pending: list[_Candidate] = []
     for candidate, tail in zip(candidates, in_tail, strict=True):
         decision = memo.decisions.get(candidate.fp)
         if decision is None and (
@@ -343,30 +673,21 @@ def compress(
             fresh.append(candidate)
         elif decision.level == 0:
             pending.append(candidate)
+    return compressible, fresh, pending
 
-    pressure = _request_tokens(items, candidates, memo, seen)
-    event = _event(memo, settings, pressure, pending, cache_cold, new_turn)
-    # Outputs compressed at a shallower level than the session's (after a pressure event, or
-    # left over by the work cap) are due too, in the same or the next event.
-    stale = [
-        c
-        for c in compressible
-        if (d := memo.decisions.get(c.fp)) is not None and 0 < d.level < memo.level and not d.final
-    ]
-    # A deeper re-compression rewrites most of the prompt: only when the cache is cold anyway,
-    # or when asked to on pressure.
-    if event is None and stale and (cache_cold or settings.recompress_on_pressure):
-        event = "cold" if cache_cold else "pressure"
-    due = fresh if event is None else [*fresh, *pending]
-    if event is not None and (cache_cold or settings.recompress_on_pressure):
-        due += stale
+
+def _compress_due(
+    conversation: Conversation,
+    compressible: list[_Candidate],
+    due: list[_Candidate],
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    result: CompressionResult,
+    ahead: Compressions | None,
+) -> None:
+    """Compress the outputs ``due``, in history order up to the work cap, and apply every
+    compressible output's decision."""
     chosen = {id(candidate) for candidate in due}
-    if event is not None:
-        memo.events += 1
-        result.event = event
-        result.counters[f"event:{event}"] += 1
-
-    result.tokens_before = sum(c.tokens for c in candidates)
     work = 0  # characters compressed in this request, capped so no request stalls
     for candidate in compressible:
         if id(candidate) in chosen:
@@ -382,23 +703,6 @@ def compress(
                 )
                 _decide(memo, result, candidate.fp, decision)
         _apply(conversation, candidate, memo.decisions[candidate.fp], memo, result)
-    result.tokens_after = sum(estimate_tokens(c.item.value) for c in candidates)
-    result.kept_in_full = [c for c in candidates if _kept_in_full(c, memo)]
-
-    if live_start > head_end:
-        stripped = _strip_old_turns(conversation, head_end, live_start, settings, seen, result)
-        if settings.cut_old_calls:
-            # Responses messages were renumbered if reasoning items went whole: the live turn
-            # begins where the view says now.
-            live_now = conversation.last_user_message
-            stripped = (
-                _cut_old_calls(conversation, head_end, live_now, memo, seen, result) or stripped
-            )
-        if stripped and result.event is None and new_turn:
-            memo.events += 1
-            result.event = "turn"
-            result.counters["event:turn"] += 1
-    return result
 
 
 def _focus(conversation: Conversation, head_end: int, memo: SessionMemo) -> frozenset[str]:
@@ -414,19 +718,23 @@ def _focus(conversation: Conversation, head_end: int, memo: SessionMemo) -> froz
     return memo.focus[1]
 
 
+def _call_arguments(items: list[Item]) -> dict[str | None, str]:
+    return {item.call_id: item.text for item in items if item.kind is Kind.TOOL_CALL}
+
+
 def _candidates(
-    conversation: Conversation,
+    items: list[Item],
     head_end: int,
     focus: frozenset[str],
     memo: SessionMemo,
     seen: SeenTexts,
+    call_arguments: dict[str | None, str],
+    copies: dict[str, int],
 ) -> list[_Candidate]:
-    call_arguments = {
-        item.call_id: item.text for item in conversation.items if item.kind is Kind.TOOL_CALL
-    }
+    """The tool results among ``items`` that may be compressed; ``copies`` counts the copies
+    of each output seen so far (less one), in history order, and is updated."""
     found = []
-    copies: dict[str, int] = {}
-    for item in conversation.items:
+    for item in items:
         if item.kind is not Kind.TOOL_RESULT or item.message <= head_end:
             continue
         text = item.value
@@ -446,16 +754,15 @@ def _candidates(
 
 
 def _tail_flags(
-    items: list[Item],
     candidates: list[_Candidate],
+    step: _Step,
     live_start: int,
     settings: CompressionSettings,
     level: int,
 ) -> list[bool]:
     """Which results are protected: the latest step's, the newest ones within the recent
     window, and with ``compress_live_turn`` off, every result of the live turn."""
-    latest_calls = _latest_step_calls(items)
-    last_call = max((i.message for i in items if i.kind is Kind.TOOL_CALL), default=-1)
+    latest_calls, last_call = step.calls, step.last_call
     recent = [False] * len(candidates)
     room = settings.recent_window(level)
     for index in range(len(candidates) - 1, -1, -1):
@@ -472,13 +779,16 @@ def _tail_flags(
     ]
 
 
-def _request_tokens(
-    items: list[Item], candidates: list[_Candidate], memo: SessionMemo, seen: SeenTexts
-) -> int:
-    """The request's size as it would be sent with the decisions made so far."""
+def _other_tokens(items: list[Item], candidates: list[_Candidate], seen: SeenTexts) -> int:
+    """The tokens of the items that are not candidates, as they are now."""
     results = {id(c.item) for c in candidates}
     count = seen.tokens
-    total = sum(count(i.text) for i in items if id(i) not in results)
+    return sum(count(i.text) for i in items if id(i) not in results)
+
+
+def _candidate_tokens(candidates: list[_Candidate], memo: SessionMemo) -> int:
+    """The candidates' tokens as they would be sent with the decisions made so far."""
+    total = 0
     for candidate in candidates:
         decision = memo.decisions.get(candidate.fp)
         if decision is not None and decision.text is not None:
@@ -677,7 +987,7 @@ def _apply(
     result.changes.append(
         Change(
             ChangeKind.DEDUPED if deduped else ChangeKind.COMPRESSED,
-            candidate.item.message,
+            conversation.arrived_index(candidate.item.message),
             len(original),
             len(decision.text),
             decision.text,

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
-from operator import is_
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, is_not, ne, or_
 from typing import TYPE_CHECKING, Any
 
 from compressors import jsontext
@@ -89,6 +90,38 @@ class Item:
         return jsontext.dumps(value).decode()
 
 
+_holder, _message = attrgetter("holder"), attrgetter("message")
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A conversation's wire messages and items as a stage found them (``Conversation.mark``):
+    the items from ``first`` on with the container and message each pointed at."""
+
+    messages: list[Any]
+    items: list[Item]
+    first: int
+    holders: list[Any]
+    numbers: list[int]
+    last_user_message: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a stage made of a conversation's wire messages (``Conversation.settle``): a later
+    request of the session that repeats them all, object for object, is given the same result
+    (``Conversation.resume``) instead of running the stage on them again."""
+
+    before: list[Any]  # the wire messages as the stage found them
+    after: list[Any]  # as it left them (fewer, where the format removed some whole)
+    removed: list[int]  # ``Conversation.removed_messages`` after it
+    last_user_message: int  # as the walk found it, and after the stage
+    last_user_after: int
+    items: int  # how many items the walk found in them
+    moved: list[tuple[int, Any, int]]  # (walk position, holder, message) of items that changed
+    kept: list[bool] | None  # which walked items are still in the view (None: all)
+
+
 @dataclass(slots=True)
 class Conversation:
     """A parsed chat request body and the items found in it, in wire order."""
@@ -117,6 +150,95 @@ class Conversation:
         self._edits = edits
         if edits is not None:
             edits.next_request()
+
+    @property
+    def shares_edits(self) -> bool:
+        """Whether edits go through the session's edit memo (``share_messages`` with one)."""
+        return self._shared and self._edits is not None
+
+    def mark(self, first: int = 0) -> Mark:
+        """The messages and items as they are now, to ``settle`` what a stage does to them;
+        only items from ``first`` on are followed (the others are known to stay as they are)."""
+        items = self.items
+        rest = items[first:]
+        return Mark(
+            list(self._messages),
+            list(items),
+            first,
+            list(map(_holder, rest)),
+            list(map(_message, rest)),
+            self.last_user_message,
+        )
+
+    def settle(self, mark: Mark, earlier: Settled | None = None) -> Settled:
+        """What the stage since ``mark`` made of the messages; ``earlier``: what an earlier
+        request made of the items before ``mark.first`` (``resume``d into this one)."""
+        walked, first = mark.items, mark.first
+        rest = walked[first:]
+        differs = map(
+            or_,
+            map(is_not, map(_holder, rest), mark.holders),
+            map(ne, map(_message, rest), mark.numbers),
+        )
+        moved = [
+            (first + index, rest[index].holder, rest[index].message)
+            for index in compress(range(len(rest)), differs)
+        ]
+        kept: list[bool] | None = None
+        if len(self.items) != len(walked) or (earlier is not None and earlier.kept is not None):
+            present = set(map(id, self.items))
+            kept = list(map(present.__contains__, map(id, walked)))
+        return Settled(
+            mark.messages,
+            list(self._messages),
+            list(self.removed_messages),
+            mark.last_user_message,
+            self.last_user_message,
+            len(walked),
+            moved if earlier is None else earlier.moved + moved,
+            kept,
+        )
+
+    def repeats(self, settled: Settled) -> int:
+        """How many of this view's items belong to the messages ``settled`` describes, when
+        it repeats all of them (object for object, as a stage finds them, nothing removed yet)
+        and adds at least one: 0 when it does not."""
+        messages, count = self._messages, len(settled.before)
+        if (
+            not self.shares_edits
+            or self.removed_messages
+            or len(messages) <= count
+            or self.last_user_message != settled.last_user_message
+            or not all(map(is_, settled.before, messages))
+        ):
+            return 0
+        items, known = self.items, settled.items
+        if len(items) <= known or items[known].message < count:
+            return 0
+        if known and items[known - 1].message >= count:
+            return 0
+        return known
+
+    def resume(self, settled: Settled) -> None:
+        """Make the messages ``settled`` describes (``repeats`` must hold) what its stage made
+        of them, and this view's items of them follow, as if the stage had run again."""
+        assert self._edits is not None
+        items, count = self.items, len(settled.before)
+        for position, holder, number in settled.moved:
+            item = items[position]
+            item.holder, item.message = holder, number
+        self._messages[:count] = settled.after
+        shift = count - len(settled.after)
+        if shift:
+            for item in items[settled.items :]:
+                if item.message >= 0:
+                    item.message -= shift
+        if settled.kept is not None:
+            self.items = list(compress(items, chain(settled.kept, repeat(True))))
+        self.removed_messages = list(settled.removed)
+        self.last_user_message = settled.last_user_after
+        self._message_of_item = None
+        self._edits.carry()
 
     def writable(self, index: int, *keys: str | int) -> Any:
         """Wire message ``index`` (of the body as it is now), or the value at ``keys`` inside
@@ -340,6 +462,11 @@ class EditMemo:
 
     def next_request(self) -> None:
         self._previous, self._current = self._current, {}
+
+    def carry(self) -> None:
+        """Keep every edit of the last request for the next one too: this request repeats
+        them without making them again (``Conversation.resume``)."""
+        self._current = {**self._previous, **self._current}
 
     def edited(
         self,
