@@ -429,7 +429,6 @@ def _compress(
             result.counters["event:turn"] += 1
     if mark is not None:
         seen.trail = _trail(
-            conversation,
             memo,
             settings,
             result,
@@ -519,7 +518,6 @@ def _resume(
     )
     result.kept_in_full = trail.kept_in_full + [c for c in candidates if _kept_in_full(c, memo)]
     seen.trail = _trail(
-        conversation,
         memo,
         settings,
         result,
@@ -575,7 +573,6 @@ def _marks(memo: SessionMemo) -> tuple[int, int, int, int]:
 
 
 def _trail(
-    conversation: Conversation,
     memo: SessionMemo,
     settings: CompressionSettings,
     result: CompressionResult,
@@ -602,6 +599,12 @@ def _trail(
                 pending += 1
                 pending_tokens += candidate.tokens
     calls = {c.item.call_id for c in candidates}
+    # A resumed result's changes begin with the earlier trail's, already as reported later.
+    earlier_changes = [] if earlier is None else earlier.changes
+    changes = earlier_changes + [
+        replace(change, new=False) if change.new and change.kind in _DECIDED else change
+        for change in result.changes[len(earlier_changes) :]
+    ]
     if earlier is not None:
         pending += earlier.pending
         pending_tokens += earlier.pending_tokens
@@ -623,10 +626,7 @@ def _trail(
         result.tokens_before,
         result.tokens_after,
         result.originals,
-        [
-            replace(change, new=False) if change.new and change.kind in _DECIDED else change
-            for change in result.changes
-        ],
+        changes,
         recurring,
         result.kept_in_full,
         result.changed,

@@ -120,6 +120,7 @@ class Settled:
     items: int  # how many items the walk found in them
     moved: list[tuple[int, Any, int]]  # (walk position, holder, message) of items that changed
     kept: list[bool] | None  # which walked items are still in the view (None: all)
+    dropped: int  # how many are not
 
 
 @dataclass(slots=True)
@@ -185,7 +186,10 @@ class Conversation:
             for index in compress(range(len(rest)), differs)
         ]
         kept: list[bool] | None = None
-        if len(self.items) != len(walked) or (earlier is not None and earlier.kept is not None):
+        gone = len(walked) - len(self.items)
+        if earlier is not None and gone == earlier.dropped:  # none since ``resume``
+            kept = None if earlier.kept is None else earlier.kept + [True] * len(rest)
+        elif gone:
             present = set(map(id, self.items))
             kept = list(map(present.__contains__, map(id, walked)))
         return Settled(
@@ -197,6 +201,7 @@ class Conversation:
             len(walked),
             moved if earlier is None else earlier.moved + moved,
             kept,
+            gone,
         )
 
     def repeats(self, settled: Settled) -> int:
