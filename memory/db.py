@@ -18,8 +18,14 @@ DB_NAME = "deepmem.sqlite3"
 # How long a statement waits for another process's write lock. Short: the request path fails
 # open (forwards the original request) rather than stall a session on a busy database.
 BUSY_TIMEOUT_SECONDS = 1.0
-CHECKPOINT_DELAY_SECONDS = 0.1  # the commits of this long share one checkpoint
-CHECKPOINT_IDLE_SECONDS = 5.0  # the checkpoint thread ends after this long without a commit
+# The checkpoint thread copies the write-ahead log into the database file once no commit
+# has come for CHECKPOINT_QUIET_SECONDS (an agent's steps are seconds apart: between two of
+# them), or CHECKPOINT_BUSY_SECONDS after the last checkpoint while commits go on; it looks
+# every CHECKPOINT_POLL_SECONDS and ends after CHECKPOINT_IDLE_SECONDS without a commit.
+CHECKPOINT_QUIET_SECONDS = 0.25
+CHECKPOINT_BUSY_SECONDS = 5.0
+CHECKPOINT_POLL_SECONDS = 0.05
+CHECKPOINT_IDLE_SECONDS = 5.0
 
 log = logging.getLogger("deepmem.state")
 
@@ -29,19 +35,21 @@ class Checkpoints:
 
     SQLite's automatic checkpoint runs inside the COMMIT that takes the log past 1,000 pages:
     with ``synchronous=NORMAL`` that commit also syncs the database file, 4-12 ms on a
-    request's path for work no marker waits for. Commits ``nudge`` this instead; a thread
-    checkpoints shortly after (PASSIVE: it never blocks a writer) and ends when commits stop.
+    request's path for work no marker waits for. Commits ``nudge`` this instead (a time
+    stamp: no thread is woken), and a thread checkpoints (PASSIVE: it never blocks a writer)
+    when commits pause, between requests: the sync slows the commits of requests beside it.
+    The thread ends when commits stop.
     """
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._due = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._last_commit = 0.0  # time.monotonic() of the newest nudge
 
     def nudge(self) -> None:
-        """A transaction committed: checkpoint soon."""
-        self._due.set()
+        """A transaction committed: checkpoint once commits pause."""
+        self._last_commit = time.monotonic()
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -62,17 +70,24 @@ class Checkpoints:
             with self._lock:
                 self._thread = None
             return
+        checkpointed, checkpointed_commit = time.monotonic(), 0.0
         try:
             while True:
-                time.sleep(CHECKPOINT_DELAY_SECONDS)
-                self._due.clear()
-                try:
-                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error as exc:
-                    log.warning("cannot checkpoint %s: %s", self._path, exc)
-                if not self._due.wait(CHECKPOINT_IDLE_SECONDS):
-                    with self._lock:
-                        if not self._due.is_set():  # a nudge after this starts a new thread
+                time.sleep(CHECKPOINT_POLL_SECONDS)
+                now, last_commit = time.monotonic(), self._last_commit
+                due = last_commit > checkpointed_commit and (
+                    now - last_commit >= CHECKPOINT_QUIET_SECONDS
+                    or now - checkpointed >= CHECKPOINT_BUSY_SECONDS
+                )
+                if due:
+                    try:
+                        connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    except sqlite3.Error as exc:
+                        log.warning("cannot checkpoint %s: %s", self._path, exc)
+                    checkpointed, checkpointed_commit = time.monotonic(), last_commit
+                if now - last_commit >= CHECKPOINT_IDLE_SECONDS:
+                    with self._lock:  # a nudge before this is seen here; one after starts anew
+                        if time.monotonic() - self._last_commit >= CHECKPOINT_IDLE_SECONDS:
                             self._thread = None
                             return
         finally:

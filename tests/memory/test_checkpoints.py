@@ -32,7 +32,7 @@ def test_a_commit_leaves_the_checkpoint_to_the_thread(
 ) -> None:
     """Regression: the commit that took the log past 1,000 pages copied it into the database
     file and synced it there, on the request's path."""
-    monkeypatch.setattr(database, "CHECKPOINT_DELAY_SECONDS", 1.0)
+    monkeypatch.setattr(database, "CHECKPOINT_QUIET_SECONDS", 1.0)
     path = tmp_path / "state.sqlite3"
     db = open_database(path)
     db.execute("CREATE TABLE t (x BLOB)")
@@ -48,7 +48,8 @@ def test_a_commit_leaves_the_checkpoint_to_the_thread(
 def test_the_thread_ends_when_commits_stop_and_a_commit_starts_it_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(database, "CHECKPOINT_DELAY_SECONDS", 0.01)
+    monkeypatch.setattr(database, "CHECKPOINT_QUIET_SECONDS", 0.01)
+    monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
     monkeypatch.setattr(database, "CHECKPOINT_IDLE_SECONDS", 0.2)
     path = tmp_path / "state.sqlite3"
     db = open_database(path)
@@ -63,6 +64,47 @@ def test_the_thread_ends_when_commits_stop_and_a_commit_starts_it_again(
     db.close()
 
 
+def commit_big_rows(db, rows: int, every: float) -> None:
+    for _ in range(rows):
+        with write_transaction(db):
+            db.execute("INSERT INTO t VALUES (?)", (b"z" * (256 * 1024),))
+        time.sleep(every)
+
+
+def test_commits_that_keep_coming_are_checkpointed_when_they_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a checkpoint every 0.1 s of commits synced the database file beside the
+    requests being rewritten, and slowed their commits."""
+    monkeypatch.setattr(database, "CHECKPOINT_QUIET_SECONDS", 0.3)
+    monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
+    path = tmp_path / "state.sqlite3"
+    db = open_database(path)
+    db.execute("CREATE TABLE t (x BLOB)")
+    before = path.stat().st_size
+    commit_big_rows(db, 20, every=0.03)  # 0.6 s of commits, never 0.3 s apart
+    assert path.stat().st_size == before
+    assert wait_for(lambda: path.stat().st_size > 20 * 256 * 1024)
+    db.close()
+
+
+def test_commits_that_never_pause_are_checkpointed_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database, "CHECKPOINT_QUIET_SECONDS", 60.0)
+    monkeypatch.setattr(database, "CHECKPOINT_BUSY_SECONDS", 0.2)
+    monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
+    path = tmp_path / "state.sqlite3"
+    db = open_database(path)
+    db.execute("CREATE TABLE t (x BLOB)")
+    before = path.stat().st_size
+    deadline = time.monotonic() + 10
+    while path.stat().st_size == before and time.monotonic() < deadline:
+        commit_big_rows(db, 1, every=0.02)
+    assert path.stat().st_size > before
+    db.close()
+
+
 def test_an_in_memory_database_has_no_checkpoints() -> None:
     db = open_database(None)
     db.execute("CREATE TABLE t (x INTEGER)")
@@ -71,7 +113,11 @@ def test_an_in_memory_database_has_no_checkpoints() -> None:
     assert getattr(db, "checkpoints", None) is None
 
 
-def test_a_database_removed_meanwhile_is_not_created_again(tmp_path: Path) -> None:
+def test_a_database_removed_meanwhile_is_not_created_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(database, "CHECKPOINT_IDLE_SECONDS", 0.2)
     directory = tmp_path / "data dir with spaces"
     directory.mkdir()
     path = directory / "state.sqlite3"
