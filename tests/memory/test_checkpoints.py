@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,12 @@ def wait_for(condition, within: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def table_in(path: Path) -> sqlite3.Connection:
+    db = open_database(path)
+    db.execute("CREATE TABLE t (x BLOB)")
+    return db
 
 
 def test_a_commit_leaves_the_checkpoint_to_the_thread(
@@ -52,8 +59,7 @@ def test_the_thread_ends_when_commits_stop_and_a_commit_starts_it_again(
     monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
     monkeypatch.setattr(database, "CHECKPOINT_IDLE_SECONDS", 0.2)
     path = tmp_path / "state.sqlite3"
-    db = open_database(path)
-    db.execute("CREATE TABLE t (x BLOB)")
+    db = table_in(path)
     for round_ in range(2):
         with write_transaction(db):
             db.execute("INSERT INTO t VALUES (?)", (b"y" * PAGES_PAST_THE_AUTOMATIC_LIMIT,))
@@ -64,7 +70,7 @@ def test_the_thread_ends_when_commits_stop_and_a_commit_starts_it_again(
     db.close()
 
 
-def commit_big_rows(db, rows: int, every: float) -> None:
+def commit_big_rows(db: sqlite3.Connection, rows: int, every: float) -> None:
     for _ in range(rows):
         with write_transaction(db):
             db.execute("INSERT INTO t VALUES (?)", (b"z" * (256 * 1024),))
@@ -76,15 +82,14 @@ def test_commits_that_keep_coming_are_checkpointed_when_they_pause(
 ) -> None:
     """Regression: a checkpoint every 0.1 s of commits synced the database file beside the
     requests being rewritten, and slowed their commits."""
-    monkeypatch.setattr(database, "CHECKPOINT_QUIET_SECONDS", 0.3)
+    monkeypatch.setattr(database, "CHECKPOINT_QUIET_SECONDS", 1.0)
     monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
     path = tmp_path / "state.sqlite3"
-    db = open_database(path)
-    db.execute("CREATE TABLE t (x BLOB)")
+    db = table_in(path)
     before = path.stat().st_size
-    commit_big_rows(db, 20, every=0.03)  # 0.6 s of commits, never 0.3 s apart
+    commit_big_rows(db, 40, every=0.03)  # over 1 s of commits, never 1 s apart
     assert path.stat().st_size == before
-    assert wait_for(lambda: path.stat().st_size > 20 * 256 * 1024)
+    assert wait_for(lambda: path.stat().st_size > 40 * 256 * 1024)
     db.close()
 
 
@@ -95,8 +100,7 @@ def test_commits_that_never_pause_are_checkpointed_now_and_then(
     monkeypatch.setattr(database, "CHECKPOINT_BUSY_SECONDS", 0.2)
     monkeypatch.setattr(database, "CHECKPOINT_POLL_SECONDS", 0.01)
     path = tmp_path / "state.sqlite3"
-    db = open_database(path)
-    db.execute("CREATE TABLE t (x BLOB)")
+    db = table_in(path)
     before = path.stat().st_size
     deadline = time.monotonic() + 10
     while path.stat().st_size == before and time.monotonic() < deadline:
