@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
-from itertools import chain, compress, repeat
+from itertools import chain, compress, repeat, starmap
 from operator import attrgetter, is_, is_not, ne, or_
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +91,21 @@ class Item:
 
 
 _holder, _message = attrgetter("holder"), attrgetter("message")
+_fields = attrgetter("kind", "role", "message", "holder", "key", "call_id", "tool_name")
+
+
+@dataclass(frozen=True, slots=True)
+class Walked:
+    """What a format's walk found in a body's wire messages (``Conversation.walked``): each
+    item's fields, in order, and what the walk knew after the last message. The session's next
+    body, when it begins with the same message objects, is walked from where this ends
+    (``Conversation.begin_walk``): the same items, without reading those messages again. The
+    objects are a session's parsed messages, which nobody edits (``share_messages``)."""
+
+    messages: list[Any]
+    fields: list[tuple[Any, ...]]
+    call_names: dict[str, str]  # tool call id -> tool name, of the calls among the messages
+    last_user_message: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +155,37 @@ class Conversation:
     _message_of_item: list[int] | None = None  # item.message of each item, for bisection
 
     _edits: EditMemo | None = None  # the session's edits of shared containers
+    walked: Walked | None = None  # what the walk found in the wire messages (``end_walk``)
+    _walk_head: int = 0  # items before the wire messages' (a top-level system prompt's)
+    _walk_known: Walked | None = None  # what ``begin_walk`` was given and took
+
+    def begin_walk(self, messages: list[Any], known: Walked | None) -> tuple[int, dict[str, str]]:
+        """Where a format's walk of the wire ``messages`` begins, once the items before them
+        are in: the index of the first message to read and the tool call names known before
+        it (the walk adds to them). When this body begins with the message objects ``known``
+        describes, their items are added as that walk found them and the walk goes on after
+        them."""
+        self._walk_head = len(self.items)
+        count = len(known.messages) if known is not None else 0
+        if known is None or count > len(messages) or not all(map(is_, known.messages, messages)):
+            self._walk_known = None
+            return 0, {}
+        self._walk_known = known
+        self.items.extend(starmap(Item, known.fields))
+        self.last_user_message = known.last_user_message
+        return count, dict(known.call_names)
+
+    def end_walk(self, messages: list[Any], call_names: dict[str, str]) -> None:
+        """Keep what the walk begun by ``begin_walk`` found (``walked``), for the next body."""
+        known = self._walk_known
+        start = self._walk_head + (len(known.fields) if known is not None else 0)
+        found = list(map(_fields, self.items[start:]))
+        self.walked = Walked(
+            list(messages),
+            known.fields + found if known is not None else found,
+            call_names,
+            self.last_user_message,
+        )
 
     def share_messages(self, edits: EditMemo | None = None) -> None:
         """Treat every wire message as shared with other requests: its containers are copied

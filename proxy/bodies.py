@@ -15,6 +15,9 @@ clients send) are kept: where a message ends is found by serialising it and find
 those bytes in the body. Anything else (another shape, spaces, an integer orjson cannot hold,
 a title request of the same session) is parsed whole, as before.
 
+What the view's walk found in the kept messages (``compressors.view.Walked``) is kept with
+them, so the next body is walked from where it differs too.
+
 The rewritten body is written the same way round (``write``): the run of messages it shares
 with the session's last forwarded body, object for object (a repeated message, or the result
 object the edit memo gives back for a repeated edit), keeps that body's bytes, and only the
@@ -34,7 +37,7 @@ import orjson
 
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
-from compressors.view import EditMemo
+from compressors.view import EditMemo, Walked
 from compressors.wire import WireFormat
 
 MAX_SESSIONS = 64
@@ -72,6 +75,7 @@ class Parsed:
     edits: EditMemo = field(default_factory=EditMemo)  # the session's, carried along
     seen: SeenTexts = field(default_factory=SeenTexts)  # and what was derived from its texts
     written: Written | None = None  # the last body forwarded for the session, rewritten
+    walked: Walked | None = None  # what the walk found in the messages (first: the last body's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,7 @@ class _Kept:
     edits: EditMemo
     seen: SeenTexts
     written: Written | None
+    walked: Walked | None
     size: int  # bytes counted against the cache's limit
 
 
@@ -165,6 +170,7 @@ class BodyCache:
             parsed.edits,
             parsed.seen,
             parsed.written,
+            parsed.walked,
             size,
         )
         with self._lock:
@@ -215,6 +221,7 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
         kept.edits,
         kept.seen,
         kept.written,
+        kept.walked,
     )
     _locate(parsed, raw, after, reused)
     return parsed

@@ -187,7 +187,8 @@ def _rewrite(
     body = parsed.body
     try:
         try:
-            conversation = parse_conversation(dialect, body)
+            conversation = parse_conversation(dialect, body, parsed.walked)
+            parsed.walked = conversation.walked
         except UnrecognisedBody as exc:  # the client's or provider's business, not a bug of ours
             log.info(
                 "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from compressors.view import Conversation, Dialect, UnrecognisedBody
+from compressors.view import Conversation, Dialect, UnrecognisedBody, Walked
 from compressors.wire import anthropic, openai_chat, openai_responses
 from compressors.wire.base import Usage, WireFormat
 
@@ -32,16 +32,18 @@ FORMATS: dict[Dialect, WireFormat] = {
 DEFAULT_ERROR_STYLE = Dialect.OPENAI_CHAT  # for calls no format claims
 
 
-def parse_conversation(dialect: Dialect, body: object) -> Conversation:
+def parse_conversation(dialect: Dialect, body: object, known: Walked | None = None) -> Conversation:
     """Build the view of a parsed request body; raise ``UnrecognisedBody`` if it is not a chat
-    body of ``dialect`` or has a field of a shape the view does not understand."""
+    body of ``dialect`` or has a field of a shape the view does not understand. ``known``: what
+    the walk of the session's previous body found (its ``walked``), when this body may begin
+    with the same message objects (``proxy.bodies``); those are not read again."""
     if not isinstance(body, dict):
         raise UnrecognisedBody("request body is not a JSON object")
     if not isinstance(body.get("tools", []), list | None):
         raise UnrecognisedBody("'tools' is not a list")
     wire = FORMATS[dialect]
     conversation = Conversation(wire, body)
-    wire.walk(conversation)
+    wire.walk(conversation, known)
     return conversation
 
 

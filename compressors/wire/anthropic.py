@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody
+from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody, Walked
 from compressors.wire.base import (
     JsonObject,
     Usage,
@@ -34,7 +34,7 @@ class Anthropic:
     def messages(self, body: JsonObject) -> list[Any]:
         return listed(body, "messages")
 
-    def walk(self, conversation: Conversation) -> None:
+    def walk(self, conversation: Conversation, known: Walked | None = None) -> None:
         body = conversation.body
         messages = body.get("messages")
         if not isinstance(messages, list):
@@ -42,9 +42,9 @@ class Anthropic:
         items = conversation.items
         if "system" in body:
             text_parts(items, Role.SYSTEM, Kind.TEXT, -1, body, "system")
-        call_names: dict[str, str] = {}
-        for index, entry in enumerate(messages):
-            message = message_object(index, entry)
+        first, call_names = conversation.begin_walk(messages, known)
+        for index in range(first, len(messages)):
+            message = message_object(index, messages[index])
             content = message.get("content")
             if not isinstance(content, str | list):
                 raise UnrecognisedBody(f"'content' of message {index} is neither text nor a list")
@@ -56,6 +56,7 @@ class Anthropic:
                 _user(conversation, index, message, content, call_names)
             elif message.get("role") == "assistant":
                 _assistant(items, index, message, content, call_names)
+        conversation.end_walk(messages, call_names)
 
     def append_to_system(self, conversation: Conversation, text: str) -> bool:
         # The added text carries no cache_control, so the breakpoint count never grows.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody
+from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody, Walked
 
 JsonObject = dict[str, Any]
 
@@ -46,9 +46,12 @@ class WireFormat(Protocol):
     path_suffix: str  # a POST to a path ending in this is a chat request of this format
     usage_marker: bytes  # every SSE data line that carries usage contains these bytes
 
-    def walk(self, conversation: Conversation) -> None:
+    def walk(self, conversation: Conversation, known: Walked | None = None) -> None:
         """Append the body's items to ``conversation.items`` in wire order; raise
-        ``UnrecognisedBody`` for a body (or a field) of a shape the format does not know."""
+        ``UnrecognisedBody`` for a body (or a field) of a shape the format does not know.
+        The wire messages are walked between ``conversation.begin_walk`` (given ``known``:
+        what the walk of the session's previous body found, to go on after the messages this
+        body repeats) and ``conversation.end_walk``."""
 
     messages_key: str  # the body's list of wire messages (or input items)
     # Compact JSON bytes that only a user message of this format holds (a string's quotes are

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody
+from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody, Walked
 from compressors.wire.base import (
     JsonObject,
     Usage,
@@ -33,14 +33,14 @@ class OpenAIChat:
     def messages(self, body: JsonObject) -> list[Any]:
         return listed(body, "messages")
 
-    def walk(self, conversation: Conversation) -> None:
+    def walk(self, conversation: Conversation, known: Walked | None = None) -> None:
         messages = conversation.body.get("messages")
         if not isinstance(messages, list):
             raise UnrecognisedBody("chat completions body has no 'messages' list")
         items = conversation.items
-        call_names: dict[str, str] = {}
-        for index, entry in enumerate(messages):
-            message = message_object(index, entry)
+        first, call_names = conversation.begin_walk(messages, known)
+        for index in range(first, len(messages)):
+            message = message_object(index, messages[index])
             role_name = message.get("role")
             if not isinstance(role_name, str):
                 raise UnrecognisedBody(f"message {index} has no 'role' text")
@@ -62,6 +62,7 @@ class OpenAIChat:
                     text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, message, "content")
                 for item in items[start:]:
                     item.call_id, item.tool_name = call_id, tool_name
+        conversation.end_walk(messages, call_names)
 
     def append_to_system(self, conversation: Conversation, text: str) -> bool:
         return append_to_leading_system(conversation, text, "text")

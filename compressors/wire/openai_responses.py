@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody
+from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody, Walked
 from compressors.wire.base import (
     JsonObject,
     Usage,
@@ -34,7 +34,7 @@ class OpenAIResponses:
     def messages(self, body: JsonObject) -> list[Any]:
         return listed(body, "input")
 
-    def walk(self, conversation: Conversation) -> None:
+    def walk(self, conversation: Conversation, known: Walked | None = None) -> None:
         body = conversation.body
         items = conversation.items
         if isinstance(body.get("instructions"), str):
@@ -46,9 +46,9 @@ class OpenAIResponses:
             return
         if not isinstance(entries, list):
             raise UnrecognisedBody("responses body has no 'input'")
-        call_names: dict[str, str] = {}
-        for index, value in enumerate(entries):
-            entry = message_object(index, value)
+        first, call_names = conversation.begin_walk(entries, known)
+        for index in range(first, len(entries)):
+            entry = message_object(index, entries[index])
             kind = entry.get("type", "message")
             if kind == "message":
                 role = entry.get("role")
@@ -76,6 +76,7 @@ class OpenAIResponses:
                 text_parts(items, Role.TOOL, Kind.TOOL_RESULT, index, entry, "output")
                 for item in items[start:]:
                     item.call_id, item.tool_name = call_id, call_names.get(call_id)
+        conversation.end_walk(entries, call_names)
 
     def append_to_system(self, conversation: Conversation, text: str) -> bool:
         body = conversation.body
