@@ -155,6 +155,7 @@ class Conversation:
     _message_of_item: list[int] | None = None  # item.message of each item, for bisection
 
     _edits: EditMemo | None = None  # the session's edits of shared containers
+    keep_walk: bool = False  # keep what the walk finds (``walked``) for the session's next body
     walked: Walked | None = None  # what the walk found in the wire messages (``end_walk``)
     _walk_head: int = 0  # items before the wire messages' (a top-level system prompt's)
     _walk_known: Walked | None = None  # what ``begin_walk`` was given and took
@@ -176,8 +177,11 @@ class Conversation:
         return count, dict(known.call_names)
 
     def end_walk(self, messages: list[Any], call_names: dict[str, str]) -> None:
-        """Keep what the walk begun by ``begin_walk`` found (``walked``), for the next body."""
+        """Keep what the walk begun by ``begin_walk`` found (``walked``), for the next body,
+        when ``keep_walk`` asks for it."""
         known = self._walk_known
+        if not self.keep_walk:
+            return
         start = self._walk_head + (len(known.fields) if known is not None else 0)
         found = list(map(_fields, self.items[start:]))
         self.walked = Walked(

@@ -187,7 +187,9 @@ def _rewrite(
     body = parsed.body
     try:
         try:
-            conversation = parse_conversation(dialect, body, parsed.walked)
+            # What the walk finds is kept only where the body is: the session's next body
+            # is walked from where it differs.
+            conversation = parse_conversation(dialect, body, parsed.walked, keep=key is not None)
             parsed.walked = conversation.walked
         except UnrecognisedBody as exc:  # the client's or provider's business, not a bug of ours
             log.info(

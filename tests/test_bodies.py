@@ -397,3 +397,34 @@ def test_an_opted_out_request_is_kept_so_the_next_is_parsed_from_where_it_differ
         assert rewrite.body is raw and rewrite.relay_reason is not None
         messages = [*messages, {"role": "user", "content": "more"}]
     assert bodies.hits == 1
+
+
+def test_a_session_s_next_body_is_walked_from_where_it_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rewrite hands the cache's kept walk to the next body of the session: only the new
+    messages are read into the view."""
+    from compressors.wire import openai_chat
+
+    read: list[int] = []
+    real = openai_chat.message_object
+
+    def counted(index: int, message: object) -> Any:
+        read.append(index)
+        return real(index, message)
+
+    monkeypatch.setattr(openai_chat, "message_object", counted)
+
+    class Reads:
+        def request(self, conversation: Any, flow: Any) -> bool:
+            return False
+
+    bodies, headers, addons = BodyCache(), {"x-session-id": KEY[0]}, [Reads()]
+    rewrite_request(chat(turn(2)), Dialect.OPENAI_CHAT, headers, addons, bodies=bodies)
+    assert read == [0, 1, 2, 3, 4]
+    read.clear()
+    rewrite_request(chat(turn(3)), Dialect.OPENAI_CHAT, headers, addons, bodies=bodies)
+    assert read == [5, 6]
+    read.clear()  # a request without a session: nothing is kept for it, nothing taken
+    rewrite_request(chat(turn(3)), Dialect.OPENAI_CHAT, {}, addons, bodies=bodies)
+    assert read == [0, 1, 2, 3, 4, 5, 6]

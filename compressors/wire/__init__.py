@@ -32,17 +32,20 @@ FORMATS: dict[Dialect, WireFormat] = {
 DEFAULT_ERROR_STYLE = Dialect.OPENAI_CHAT  # for calls no format claims
 
 
-def parse_conversation(dialect: Dialect, body: object, known: Walked | None = None) -> Conversation:
+def parse_conversation(
+    dialect: Dialect, body: object, known: Walked | None = None, *, keep: bool = False
+) -> Conversation:
     """Build the view of a parsed request body; raise ``UnrecognisedBody`` if it is not a chat
     body of ``dialect`` or has a field of a shape the view does not understand. ``known``: what
     the walk of the session's previous body found (its ``walked``), when this body may begin
-    with the same message objects (``proxy.bodies``); those are not read again."""
+    with the same message objects (``proxy.bodies``); those are not read again. ``keep``: the
+    view's ``walked`` says what this walk found, for the session's next body."""
     if not isinstance(body, dict):
         raise UnrecognisedBody("request body is not a JSON object")
     if not isinstance(body.get("tools", []), list | None):
         raise UnrecognisedBody("'tools' is not a list")
     wire = FORMATS[dialect]
-    conversation = Conversation(wire, body)
+    conversation = Conversation(wire, body, keep_walk=keep)
     wire.walk(conversation, known)
     return conversation
 

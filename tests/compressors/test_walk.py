@@ -35,11 +35,11 @@ def _same_walk(dialect: Dialect, body: dict[str, Any], count: int) -> Walked:
     objects, in a new body) going on from there: it must find what a whole walk finds."""
     key = LIST_KEY[dialect]
     messages = body[key]
-    earlier = parse_conversation(dialect, {**body, key: messages[:count]})
+    earlier = parse_conversation(dialect, {**body, key: messages[:count]}, keep=True)
     assert earlier.walked is not None
     later = {**body, key: list(messages)}
-    resumed = parse_conversation(dialect, later, earlier.walked)
-    whole = parse_conversation(dialect, {**body, key: list(messages)})
+    resumed = parse_conversation(dialect, later, earlier.walked, keep=True)
+    whole = parse_conversation(dialect, {**body, key: list(messages)}, keep=True)
     assert _items(resumed) == [
         (*fields[:3], later if fields[3] is whole.body else fields[3], *fields[4:])
         for fields in _items(whole)
@@ -74,7 +74,7 @@ def test_messages_that_are_not_the_same_objects_are_walked_again(dialect: Dialec
     body = json.loads((CAPTURES / CAPTURE_FILES[dialect]).read_text())["body"]
     key = LIST_KEY[dialect]
     messages = body[key]
-    earlier = parse_conversation(dialect, {**body, key: messages[:-1]})
+    earlier = parse_conversation(dialect, {**body, key: messages[:-1]}, keep=True)
     assert earlier.walked is not None
     # An equal copy of one repeated message (a client that rewrote it): nothing is taken.
     rewritten = [*messages[:1], copy.deepcopy(messages[1]), *messages[2:]]
@@ -94,7 +94,9 @@ def test_the_items_taken_are_new_objects() -> None:
     items a walk takes from the previous one must not be the previous request's."""
     body = json.loads((CAPTURES / CAPTURE_FILES[Dialect.OPENAI_CHAT]).read_text())["body"]
     messages = body["messages"]
-    earlier = parse_conversation(Dialect.OPENAI_CHAT, {**body, "messages": messages[:-1]})
+    earlier = parse_conversation(
+        Dialect.OPENAI_CHAT, {**body, "messages": messages[:-1]}, keep=True
+    )
     walked = earlier.walked
     assert walked is not None
     first = parse_conversation(Dialect.OPENAI_CHAT, {**body, "messages": list(messages)}, walked)
@@ -111,3 +113,8 @@ def _inside(holder: Any, message: Any) -> bool:
         return True
     inner = message.values() if isinstance(message, dict) else message
     return isinstance(message, dict | list) and any(_inside(holder, value) for value in inner)
+
+
+def test_a_walk_nobody_keeps_records_nothing() -> None:
+    body = json.loads((CAPTURES / CAPTURE_FILES[Dialect.OPENAI_CHAT]).read_text())["body"]
+    assert parse_conversation(Dialect.OPENAI_CHAT, body).walked is None
