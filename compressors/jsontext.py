@@ -55,11 +55,9 @@ def _integer_token(raw: bytes, start: int, end: int) -> bool:
     after = end
     while after < len(raw) and raw[after] in _SPACE:
         after += 1
-    return (
-        before >= 0
-        and raw[before] in _BEFORE_VALUE
-        and after < len(raw)
-        and (raw[after] in _AFTER_VALUE)
+    # A value begins the document or follows ``:[,``, and ends it or comes before ``,}]``.
+    return (before < 0 or raw[before] in _BEFORE_VALUE) and (
+        after >= len(raw) or raw[after] in _AFTER_VALUE
     )
 
 

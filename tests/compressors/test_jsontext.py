@@ -35,3 +35,7 @@ def test_only_integer_tokens_beyond_64_bits_need_the_exact_parser():
     assert not jsontext.has_huge_integer(b'{"id": "12345678901234567890"}')  # a string
     assert not jsontext.has_huge_integer(b'{"n": 1234567890123456789}')  # fits
     assert not jsontext.has_huge_integer(b'{"x": 123456789012345678901.5}')  # a float
+    # Regression: a document that is nothing but the integer was read as a float.
+    assert jsontext.has_huge_integer(b"-9223372036854775809")
+    assert jsontext.has_huge_integer(b" 18446744073709551616\n")
+    assert not jsontext.has_huge_integer(b'"18446744073709551616"')
