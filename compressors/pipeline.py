@@ -277,6 +277,7 @@ class _Candidate:
     content: str  # fingerprint of tool, arguments and text: equal for duplicates
     fp: str  # the decision key: ``content`` and which copy this is, in history order
     tokens: int
+    position: int  # of its item among the items the walk found
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,10 +455,11 @@ def _resume(
     ahead: Compressions | None,
 ) -> CompressionResult | None:
     """``compress`` of a step that repeats every message of the session's last request and
-    adds some, when that is the only work: it begins no turn, makes no event, and none of the
-    repeated outputs is in its protected tail. Then the repeated messages are sent as last
-    time (their decisions stand, their turns were old already) and only the new ones are
-    compressed. None (nothing changed) when the whole conversation must be compressed."""
+    adds some, when it begins no turn and none of the repeated outputs is in its protected
+    tail. Then the repeated messages are sent as last time (their decisions stand, their turns
+    were old already), but for the outputs they sent in full that a batch event compresses
+    now, and only the new messages are compressed. None (nothing changed) when the whole
+    conversation must be compressed."""
     if (
         memo is not trail.memo
         or _marks(memo) != trail.marks
@@ -483,19 +485,28 @@ def _resume(
     call_arguments = {**trail.call_arguments, **new_calls}
     copies = dict(trail.copies)
     candidates = _candidates(
-        added, trail.head_end, memo.focus[1], memo, seen, call_arguments, copies
+        added, trail.head_end, memo.focus[1], memo, seen, call_arguments, copies, known
     )
     in_tail = _tail_flags(candidates, step, conversation.last_user_message, settings, memo.level)
-    pending, pending_tokens = trail.pending, trail.pending_tokens
+    pending_tokens = trail.pending_tokens
     for candidate, tail in zip(candidates, in_tail, strict=True):
         decision = memo.decisions.get(candidate.fp)
         if not tail and decision is not None and decision.level == 0 and not decision.final:
-            pending += 1
             pending_tokens += candidate.tokens
-    if pending and pending_tokens > settings.tail_tokens:
-        return None  # a batch event
+    # A batch event is due when the outputs sent in full outgrow the tail: those of the
+    # repeated messages are compressed too, and followed from the first one's message on.
+    batch = pending_tokens > settings.tail_tokens
+    repeated_due: list[_Candidate] = []
+    first = known
+    if batch and trail.pending:
+        for earlier in trail.pending:
+            item = items[earlier.position]
+            if item.kind is not Kind.TOOL_RESULT or item.value is not earlier.output.text:
+                return None  # not the output it was: never expected, never guessed at
+            repeated_due.append(replace(earlier, item=item))
+        first = _first_item_of_message(items, trail.pending[0].position)
 
-    mark = conversation.mark(known)
+    mark = conversation.mark(first)
     conversation.resume(trail.settled)
     seen.carry()
     result = CompressionResult(
@@ -504,19 +515,43 @@ def _resume(
         counters=Counter(trail.recurring),
         changes=list(trail.changes),
     )
-    compressible, fresh, _ = _sort(
+    compressible, fresh, pending = _sort(
         conversation, candidates, in_tail, conversation.last_user_message, memo, settings, result
     )
     other_tokens = trail.other_tokens + _other_tokens(added, candidates, seen)
     pressure = other_tokens + trail.candidate_tokens + _candidate_tokens(candidates, memo)
-    # No event is due (ruled out above): this only moves the level when a threshold is crossed.
-    _event(memo, settings, pressure, [], False, False)
+    # No other event is due (ruled out above); without a batch, this only moves the level
+    # when a threshold is crossed.
+    due_pending = [*repeated_due, *pending] if batch else []
+    event = _event(memo, settings, pressure, due_pending, False, False)
+    due = fresh
+    if event is not None:
+        memo.events += 1
+        result.event = event
+        result.counters[f"event:{event}"] += 1
+        due = [*fresh, *due_pending]
+        compressible = [*repeated_due, *compressible]  # in history order: they come first
     result.tokens_before = trail.tokens_before + sum(c.tokens for c in candidates)
-    _compress_due(conversation, compressible, fresh, memo, settings, result, ahead)
-    result.tokens_after = trail.tokens_after + sum(
-        estimate_tokens(c.item.value) for c in candidates
-    )
-    result.kept_in_full = trail.kept_in_full + [c for c in candidates if _kept_in_full(c, memo)]
+    _compress_due(conversation, compressible, due, memo, settings, result, ahead)
+    tokens_after = trail.tokens_after + sum(estimate_tokens(c.item.value) for c in candidates)
+    kept_in_full = trail.kept_in_full
+    if event is not None:
+        sent = trail.candidate_tokens
+        for candidate in repeated_due:
+            text = memo.decisions[candidate.fp].text
+            if text is not None:  # was sent in full, so counted at its own tokens
+                tokens_after += estimate_tokens(text) - candidate.tokens
+                sent += estimate_tokens(text) - candidate.tokens
+        still = [c for c in repeated_due if _sent_in_full(memo.decisions[c.fp])]
+        kept_in_full = [c for c in kept_in_full if _kept_in_full(c, memo)]
+        trail = replace(
+            trail,
+            pending=still,
+            pending_tokens=sum(c.tokens for c in still),
+            candidate_tokens=sent,
+        )
+    result.tokens_after = tokens_after
+    result.kept_in_full = kept_in_full + [c for c in candidates if _kept_in_full(c, memo)]
     seen.trail = _trail(
         memo,
         settings,
@@ -534,6 +569,20 @@ def _resume(
     return result
 
 
+def _first_item_of_message(items: list[Item], position: int) -> int:
+    """Where the items of the wire message of ``items[position]`` begin: an edit copies the
+    message, and every item of it then points into the copy."""
+    message = items[position].message
+    while position > 0 and items[position - 1].message == message:
+        position -= 1
+    return position
+
+
+def _sent_in_full(decision: Decision) -> bool:
+    """Whether an output with this decision is sent in full and is due at the next event."""
+    return decision.text is None and decision.level == 0 and not decision.final
+
+
 @dataclass(slots=True, eq=False)
 class Trail:
     """What ``compress`` made of a session's last request, for its next one (``_resume``):
@@ -547,7 +596,7 @@ class Trail:
     copies: dict[str, int]  # how many copies of each output so far, less one
     call_arguments: dict[str | None, str]
     result_calls: set[str | None]  # the call ids of the candidates
-    pending: int  # outputs sent in full that are not final: due at the next event
+    pending: list[_Candidate]  # sent in full and not final: due at the next event
     pending_tokens: int
     other_tokens: int  # of the items that are not candidates, as they arrived
     candidate_tokens: int  # of the candidates, as sent
@@ -587,7 +636,8 @@ def _trail(
     earlier: Trail | None = None,
 ) -> Trail:
     """The trail ``result`` leaves; ``candidates``: all of them, or those after ``earlier``'s."""
-    pending = pending_tokens = sent_tokens = 0
+    pending: list[_Candidate] = [] if earlier is None else list(earlier.pending)
+    pending_tokens = sent_tokens = 0
     decisions = memo.decisions
     for candidate in candidates:
         decision = decisions[candidate.fp]
@@ -595,8 +645,8 @@ def _trail(
             sent_tokens += estimate_tokens(decision.text)
         else:
             sent_tokens += candidate.tokens
-            if decision.level == 0 and not decision.final:
-                pending += 1
+            if _sent_in_full(decision):
+                pending.append(candidate)
                 pending_tokens += candidate.tokens
     calls = {c.item.call_id for c in candidates}
     # A resumed result's changes begin with the earlier trail's, already as reported later.
@@ -606,7 +656,6 @@ def _trail(
         for change in result.changes[len(earlier_changes) :]
     ]
     if earlier is not None:
-        pending += earlier.pending
         pending_tokens += earlier.pending_tokens
         sent_tokens += earlier.candidate_tokens
         calls |= earlier.result_calls
@@ -730,11 +779,13 @@ def _candidates(
     seen: SeenTexts,
     call_arguments: dict[str | None, str],
     copies: dict[str, int],
+    start: int = 0,
 ) -> list[_Candidate]:
-    """The tool results among ``items`` that may be compressed; ``copies`` counts the copies
-    of each output seen so far (less one), in history order, and is updated."""
+    """The tool results among ``items`` (the walk's from ``start`` on) that may be compressed;
+    ``copies`` counts the copies of each output seen so far (less one), in history order, and
+    is updated."""
     found = []
-    for item in items:
+    for position, item in enumerate(items, start):
         if item.kind is not Kind.TOOL_RESULT or item.message <= head_end:
             continue
         text = item.value
@@ -749,7 +800,7 @@ def _candidates(
         output = ToolOutput(text, item.tool_name or "", call_arguments.get(item.call_id, ""), focus)
         content, tokens = seen.fingerprint(output)
         copy = copies[content] = copies.get(content, -1) + 1
-        found.append(_Candidate(item, output, content, f"{content}#{copy}", tokens))
+        found.append(_Candidate(item, output, content, f"{content}#{copy}", tokens, position))
     return found
 
 

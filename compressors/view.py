@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 from itertools import chain, compress, repeat, starmap
-from operator import attrgetter, is_, is_not, ne, or_
+from operator import attrgetter, is_, is_not, itemgetter, ne, or_
 from typing import TYPE_CHECKING, Any
 
 from compressors import jsontext
@@ -133,7 +133,7 @@ class Settled:
     last_user_message: int  # as the walk found it, and after the stage
     last_user_after: int
     items: int  # how many items the walk found in them
-    moved: list[tuple[int, Any, int]]  # (walk position, holder, message) of items that changed
+    moved: list[tuple[int, Any, int]]  # (walk position, holder, message) of moved items, in order
     kept: list[bool] | None  # which walked items are still in the view (None: all)
     dropped: int  # how many are not
 
@@ -223,7 +223,8 @@ class Conversation:
 
     def settle(self, mark: Mark, earlier: Settled | None = None) -> Settled:
         """What the stage since ``mark`` made of the messages; ``earlier``: what an earlier
-        request made of the items before ``mark.first`` (``resume``d into this one)."""
+        request made of the messages this one repeats (``resume``d into this one), which the
+        stage left as they were before the item ``mark.first``."""
         walked, first = mark.items, mark.first
         rest = walked[first:]
         differs = map(
@@ -238,10 +239,16 @@ class Conversation:
         kept: list[bool] | None = None
         gone = len(walked) - len(self.items)
         if earlier is not None and gone == earlier.dropped:  # none since ``resume``
-            kept = None if earlier.kept is None else earlier.kept + [True] * len(rest)
+            added = len(walked) - earlier.items
+            kept = None if earlier.kept is None else earlier.kept + [True] * added
         elif gone:
             present = set(map(id, self.items))
             kept = list(map(present.__contains__, map(id, walked)))
+        if earlier is not None:
+            # Items from ``first`` on that ``resume`` moved and have not moved since are found
+            # again in ``moved``: the earlier ones of them go.
+            before = bisect.bisect_left(earlier.moved, first, key=itemgetter(0))
+            moved = earlier.moved[:before] + moved
         return Settled(
             mark.messages,
             list(self._messages),
@@ -249,7 +256,7 @@ class Conversation:
             mark.last_user_message,
             self.last_user_message,
             len(walked),
-            moved if earlier is None else earlier.moved + moved,
+            moved,
             kept,
             gone,
         )

@@ -376,6 +376,7 @@ settings_strategy = st.builds(
     pressure_thresholds=st.sampled_from([(50_000, 150_000), (6_000,), (4_000, 15_000)]),
     compress_live_turn=st.booleans(),
     arrival_kinds=st.sampled_from([CompressionSettings().arrival_kinds, frozenset()]),
+    max_work_chars=st.sampled_from([CompressionSettings().max_work_chars, 3_000]),
 )
 
 

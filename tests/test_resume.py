@@ -137,6 +137,19 @@ def test_steps_are_resumed_and_forward_what_the_whole_request_does(dialect: Dial
     assert len(requests) >= 10
     resumed = both_ways(dialect, requests, CompressionSettings(), [])
     assert resumed >= 3  # the property below would pass vacuously if nothing were resumed
+    # Outputs leaving the tail make batch events, which compress repeated messages too.
+    assert sum(result.event == "batch" for result in RESUMED) >= 2
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_pressure_after_a_resumed_batch_event_crosses_thresholds_as_the_whole_path(
+    dialect: Dialect,
+) -> None:
+    # What a batch event saves in repeated messages no longer counts in the later steps'
+    # pressure: a threshold anywhere in the session's range is crossed at the same step.
+    requests = requests_of(render(LONG, dialect))
+    for threshold in range(1_000, 20_001, 1_000):
+        both_ways(dialect, requests, CompressionSettings(pressure_thresholds=(threshold,)), [])
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))
