@@ -31,11 +31,13 @@ from the newest output back, and shrinks, never grows, with the pressure level.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from functools import partial
+from operator import attrgetter
 from typing import Any, Protocol, TypeVar, cast
 
 import xxhash
@@ -258,6 +260,10 @@ class CompressionResult:
     spare: dict[CompressionKey, tuple[str, Compressed] | None] = field(default_factory=dict)
 
 
+# The most last messages of a request a client may send again changed in the next one: a
+# trail leaves them out (``Conversation.resent``, ``_settled_end``).
+MAX_RESENT = 4
+_message_of = attrgetter("message")
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -350,11 +356,13 @@ def compress(
     seen = SeenTexts() if seen is None else seen
     seen.next_request()
     trail, seen.trail = seen.trail, None
+    resent = 0
     if trail is not None:
         resumed = _resume(conversation, memo, settings, trail, seen, cache_cold, ahead)
         if resumed is not None:
             return resumed
-    return _compress(conversation, memo, settings, seen, cache_cold, ahead)
+        resent = conversation.resent(trail.settled, MAX_RESENT) or trail.resent
+    return _compress(conversation, memo, settings, seen, cache_cold, ahead, resent)
 
 
 def _compress(
@@ -364,13 +372,20 @@ def _compress(
     seen: SeenTexts,
     cache_cold: bool,
     ahead: Compressions | None,
+    resent: int = 0,
 ) -> CompressionResult:
-    """``compress`` of the whole conversation."""
+    """``compress`` of the whole conversation; the trail it leaves for the next request
+    leaves out its last ``resent`` messages (``_settled_end``)."""
     result = CompressionResult()
-    mark = conversation.mark() if conversation.shares_edits else None
     items = conversation.items
     head_end = _first_user_message(conversation)
     live_start = conversation.last_user_message
+    mark = (
+        conversation.mark(0, _settled_end(conversation, resent))
+        if conversation.shares_edits
+        else None
+    )
+    cut = len(items) if mark is None else mark.last  # the items the trail settles: before it
     turn = _turn_fingerprint(conversation)
     new_turn = memo.turn is not None and turn != memo.turn
     memo.turn = turn
@@ -378,13 +393,19 @@ def _compress(
     focus = _focus(conversation, head_end, memo)
     call_arguments = _call_arguments(items)
     copies: dict[str, int] = {}
-    candidates = _candidates(items, head_end, focus, memo, seen, call_arguments, copies)
-    step = _Step.of(items)
+    settled_items, unsettled = (items, []) if cut == len(items) else (items[:cut], items[cut:])
+    candidates = _candidates(settled_items, head_end, focus, memo, seen, call_arguments, copies)
+    settled = len(candidates)
+    settled_copies = dict(copies) if unsettled else copies
+    candidates += _candidates(unsettled, head_end, focus, memo, seen, call_arguments, copies, cut)
+    settled_step = _Step.of(settled_items)
+    step = _Step.of(unsettled, settled_step) if unsettled else settled_step
     in_tail = _tail_flags(candidates, step, live_start, settings, memo.level)
     compressible, fresh, pending = _sort(
         conversation, candidates, in_tail, live_start, memo, settings, result
     )
-    other_tokens = _other_tokens(items, candidates, seen)
+    settled_other = _other_tokens(settled_items, candidates[:settled], seen)
+    other_tokens = settled_other + _other_tokens(unsettled, candidates[settled:], seen)
     pressure = other_tokens + _candidate_tokens(candidates, memo)
     event = _event(memo, settings, pressure, pending, cache_cold, new_turn)
     # Outputs compressed at a shallower level than the session's (after a pressure event, or
@@ -435,12 +456,14 @@ def _compress(
             result,
             head_end,
             conversation.settle(mark),
-            copies,
+            settled_copies,
             call_arguments,
             candidates,
-            other_tokens,
+            settled,
+            settled_other,
             recurring,
-            step,
+            settled_step,
+            resent,
         )
     return result
 
@@ -477,15 +500,25 @@ def _resume(
     added = items[known:]
     if any(item.role is Role.USER and item.kind is Kind.TEXT for item in added):
         return None  # the turn may have changed
-    step = _Step.of(added, trail.step)
+    end = _settled_end(conversation, trail.resent)
+    cut = bisect.bisect_left(items, end, lo=known, key=_message_of)
+    settled_items, unsettled = (added, []) if cut == len(items) else (items[known:cut], items[cut:])
+    settled_step = _Step.of(settled_items, trail.step)
+    step = _Step.of(unsettled, settled_step) if unsettled else settled_step
     if trail.step.last_result > step.last_call or not step.calls.isdisjoint(trail.result_calls):
         return None  # a repeated output may be in this step's protected tail
     assert memo.focus is not None  # set by the request that left the trail
     new_calls = _call_arguments(added)
     call_arguments = {**trail.call_arguments, **new_calls}
     copies = dict(trail.copies)
+    focus = memo.focus[1]
     candidates = _candidates(
-        added, trail.head_end, memo.focus[1], memo, seen, call_arguments, copies, known
+        settled_items, trail.head_end, focus, memo, seen, call_arguments, copies, known
+    )
+    settled = len(candidates)
+    settled_copies = dict(copies) if unsettled else copies
+    candidates += _candidates(
+        unsettled, trail.head_end, focus, memo, seen, call_arguments, copies, cut
     )
     in_tail = _tail_flags(candidates, step, conversation.last_user_message, settings, memo.level)
     pending_tokens = trail.pending_tokens
@@ -506,7 +539,7 @@ def _resume(
             repeated_due.append(replace(earlier, item=item))
         first = _first_item_of_message(items, trail.pending[0].position)
 
-    mark = conversation.mark(first)
+    mark = conversation.mark(first, end)
     conversation.resume(trail.settled)
     seen.carry()
     result = CompressionResult(
@@ -518,7 +551,8 @@ def _resume(
     compressible, fresh, pending = _sort(
         conversation, candidates, in_tail, conversation.last_user_message, memo, settings, result
     )
-    other_tokens = trail.other_tokens + _other_tokens(added, candidates, seen)
+    settled_other = trail.other_tokens + _other_tokens(settled_items, candidates[:settled], seen)
+    other_tokens = settled_other + _other_tokens(unsettled, candidates[settled:], seen)
     pressure = other_tokens + trail.candidate_tokens + _candidate_tokens(candidates, memo)
     # No other event is due (ruled out above); without a batch, this only moves the level
     # when a threshold is crossed.
@@ -558,15 +592,25 @@ def _resume(
         result,
         trail.head_end,
         conversation.settle(mark, trail.settled),
-        copies,
+        settled_copies,
         call_arguments,
         candidates,
-        other_tokens,
+        settled,
+        settled_other,
         trail.recurring,
-        step,
+        settled_step,
+        trail.resent,
         trail,
     )
     return result
+
+
+def _settled_end(conversation: Conversation, resent: int) -> int:
+    """How many of the wire messages a request's trail settles: all but the last ``resent``,
+    which its client sends again changed (``MAX_RESENT``), and never fewer than those before
+    the live turn's first message (the stage changes no other messages' items)."""
+    count = conversation.message_count
+    return max(count - resent, min(conversation.last_user_message + 1, count))
 
 
 def _first_item_of_message(items: list[Item], position: int) -> int:
@@ -608,6 +652,7 @@ class Trail:
     kept_in_full: list[_Candidate]
     changed: bool
     step: _Step  # as the walk numbered the messages
+    resent: int  # the request's last messages it leaves out: they come again changed
 
 
 # Changes that are new only in the request that decided them; the others are reported alike
@@ -630,12 +675,19 @@ def _trail(
     copies: dict[str, int],
     call_arguments: dict[str | None, str],
     candidates: list[_Candidate],
+    settled_count: int,
     other_tokens: int,
     recurring: Counter[str],
     step: _Step,
+    resent: int,
     earlier: Trail | None = None,
 ) -> Trail:
-    """The trail ``result`` leaves; ``candidates``: all of them, or those after ``earlier``'s."""
+    """The trail ``result`` leaves for the messages ``settled`` describes. ``candidates``: all
+    of the request's, or those after ``earlier``'s; the first ``settled_count`` of them are of
+    those messages, and what the others add to ``result`` is left out. ``copies``,
+    ``other_tokens`` and ``step`` are of those messages."""
+    unsettled = candidates[settled_count:]
+    candidates = candidates[:settled_count]
     pending: list[_Candidate] = [] if earlier is None else list(earlier.pending)
     pending_tokens = sent_tokens = 0
     decisions = memo.decisions
@@ -651,10 +703,24 @@ def _trail(
     calls = {c.item.call_id for c in candidates}
     # A resumed result's changes begin with the earlier trail's, already as reported later.
     earlier_changes = [] if earlier is None else earlier.changes
+    end = len(settled.before)
     changes = earlier_changes + [
         replace(change, new=False) if change.new and change.kind in _DECIDED else change
         for change in result.changes[len(earlier_changes) :]
+        if change.message < end
     ]
+    tokens_before, tokens_after = result.tokens_before, result.tokens_after
+    originals, kept_in_full, changed = result.originals, result.kept_in_full, result.changed
+    left_out = len(earlier_changes) + len(result.changes) - len(changes)
+    if unsettled or left_out:
+        tokens_before -= sum(c.tokens for c in unsettled)
+        tokens_after -= sum(estimate_tokens(c.item.value) for c in unsettled)
+        kept_in_full = [c for c in kept_in_full if c.position < settled.items]
+        if left_out:
+            # Every original and every change comes with a change that names it.
+            named = {change.key for change in changes if change.key is not None}
+            originals = {key: text for key, text in originals.items() if key in named}
+            changed = bool(changes) or bool(+recurring)
     if earlier is not None:
         pending_tokens += earlier.pending_tokens
         sent_tokens += earlier.candidate_tokens
@@ -672,14 +738,15 @@ def _trail(
         pending_tokens,
         other_tokens,
         sent_tokens,
-        result.tokens_before,
-        result.tokens_after,
-        result.originals,
+        tokens_before,
+        tokens_after,
+        originals,
         changes,
         recurring,
-        result.kept_in_full,
-        result.changed,
+        kept_in_full,
+        changed,
         step,
+        resent,
     )
 
 

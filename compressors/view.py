@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
-from itertools import chain, compress, repeat, starmap
+from itertools import chain, compress, islice, repeat, starmap
 from operator import attrgetter, is_, is_not, itemgetter, ne, or_
 from typing import TYPE_CHECKING, Any
 
@@ -111,11 +111,14 @@ class Walked:
 @dataclass(frozen=True, slots=True)
 class Mark:
     """A conversation's wire messages and items as a stage found them (``Conversation.mark``):
-    the items from ``first`` on with the container and message each pointed at."""
+    the items from ``first`` to ``last`` (those of the first ``end`` messages) with the
+    container and message each pointed at."""
 
     messages: list[Any]
     items: list[Item]
     first: int
+    last: int
+    end: int
     holders: list[Any]
     numbers: list[int]
     last_user_message: int
@@ -203,30 +206,43 @@ class Conversation:
             edits.next_request()
 
     @property
+    def message_count(self) -> int:
+        """How many wire messages the body has now."""
+        return len(self._messages) if self._shared else len(self.wire.messages(self.body))
+
+    @property
     def shares_edits(self) -> bool:
         """Whether edits go through the session's edit memo (``share_messages`` with one)."""
         return self._shared and self._edits is not None
 
-    def mark(self, first: int = 0) -> Mark:
+    def mark(self, first: int = 0, end: int | None = None) -> Mark:
         """The messages and items as they are now, to ``settle`` what a stage does to them;
-        only items from ``first`` on are followed (the others are known to stay as they are)."""
-        items = self.items
-        rest = items[first:]
+        only items from ``first`` on are followed (the others are known to stay as they are),
+        and with ``end``, only those of the first ``end`` wire messages: a stage must leave
+        the others' items in the view, and their messages in place."""
+        items, messages = self.items, self._messages
+        if end is None or end >= len(messages):
+            end, last = len(messages), len(items)
+        else:
+            last = bisect.bisect_left(items, end, key=_message)
+        rest = items[first:last]
         return Mark(
-            list(self._messages),
+            list(messages),
             list(items),
             first,
+            last,
+            end,
             list(map(_holder, rest)),
             list(map(_message, rest)),
             self.last_user_message,
         )
 
     def settle(self, mark: Mark, earlier: Settled | None = None) -> Settled:
-        """What the stage since ``mark`` made of the messages; ``earlier``: what an earlier
-        request made of the messages this one repeats (``resume``d into this one), which the
-        stage left as they were before the item ``mark.first``."""
-        walked, first = mark.items, mark.first
-        rest = walked[first:]
+        """What the stage since ``mark`` made of the messages it follows; ``earlier``: what an
+        earlier request made of the messages this one repeats (``resume``d into this one),
+        which the stage left as they were before the item ``mark.first``."""
+        walked, first, last = mark.items, mark.first, mark.last
+        rest = walked[first:last]
         differs = map(
             or_,
             map(is_not, map(_holder, rest), mark.holders),
@@ -239,27 +255,46 @@ class Conversation:
         kept: list[bool] | None = None
         gone = len(walked) - len(self.items)
         if earlier is not None and gone == earlier.dropped:  # none since ``resume``
-            added = len(walked) - earlier.items
+            added = last - earlier.items
             kept = None if earlier.kept is None else earlier.kept + [True] * added
         elif gone:
             present = set(map(id, self.items))
-            kept = list(map(present.__contains__, map(id, walked)))
+            kept = list(map(present.__contains__, map(id, walked[:last])))
         if earlier is not None:
             # Items from ``first`` on that ``resume`` moved and have not moved since are found
             # again in ``moved``: the earlier ones of them go.
             before = bisect.bisect_left(earlier.moved, first, key=itemgetter(0))
             moved = earlier.moved[:before] + moved
+        unfollowed = len(mark.messages) - mark.end
         return Settled(
-            mark.messages,
-            list(self._messages),
+            mark.messages[: mark.end] if unfollowed else mark.messages,
+            self._messages[: len(self._messages) - unfollowed],
             list(self.removed_messages),
             mark.last_user_message,
             self.last_user_message,
-            len(walked),
+            last,
             moved,
             kept,
             gone,
         )
+
+    def resent(self, settled: Settled, limit: int) -> int:
+        """How many of the last wire messages ``settled`` describes are other objects here,
+        when all before them are the same and they are at most ``limit``: the client sent
+        them again changed (OpenCode moves Anthropic's cache marks to the last two messages
+        on every request). 0 otherwise."""
+        before, messages = settled.before, self._messages
+        count = len(before)
+        if not self.shares_edits or len(messages) < count:
+            return 0
+        differ = 0
+        while differ < count and before[count - 1 - differ] is not messages[count - 1 - differ]:
+            differ += 1
+            if differ > limit:
+                return 0
+        if differ == 0 or differ == count:
+            return 0
+        return differ if all(map(is_, islice(before, count - differ), messages)) else 0
 
     def repeats(self, settled: Settled) -> int:
         """How many of this view's items belong to the messages ``settled`` describes, when

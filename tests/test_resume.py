@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import compressors.pipeline as pipeline
 from compressors.changes import Change
@@ -97,6 +98,27 @@ def requests_of(rendered: Rendered) -> list[JsonObject]:
     return [rendered.request(boundary) for boundary in rendered.boundaries]
 
 
+def with_moving_cache_marks(requests: list[JsonObject], dialect: Dialect) -> list[JsonObject]:
+    """The requests as OpenCode sends Anthropic ones: a cache mark on the last block of each of
+    the last two messages (on the message itself where its content is not a list of blocks),
+    so the two last messages of each request come again without it in the next."""
+    key = FORMATS[dialect].messages_key
+    marked = []
+    for request in requests:
+        request = copy.deepcopy(request)
+        messages = request[key]
+        for index in range(max(0, len(messages) - 2), len(messages)):
+            message = messages[index] = dict(messages[index])
+            content = message.get("content")
+            if isinstance(content, list) and content and isinstance(content[-1], dict):
+                message["content"] = [*content[:-1], {**content[-1], "cache_control": EPHEMERAL}]
+            else:
+                message["cache_control"] = EPHEMERAL
+        marked.append(request)
+    return marked
+
+
+EPHEMERAL = {"type": "ephemeral"}
 RESUMED: list[CompressionResult] = []  # what ``_resume`` returned, in this test
 
 
@@ -117,6 +139,7 @@ def _count_resumed(monkeypatch: pytest.MonkeyPatch) -> None:
 LOG = ToolCall("bash", {"command": "make"}, build_log(200, ["config", "parser"], []))
 READ = ToolCall("read", {"filePath": "/repo/a.py"}, file_view("/repo/a.py", 150, ["a", "b"], []))
 LS = ToolCall("bash", {"command": "ls"}, "README.md\nsrc")
+LONG_LOG = ToolCall("bash", {"command": "make all"}, build_log(900, ["config", "parser"], []))
 GREP = ToolCall("grep", {"pattern": "x"}, "\n".join(f"src/m{i}.py:{i}: x = {i}" for i in range(40)))
 THINK = Reasoning("plan the next step", "c2ln")
 # Two turns of several steps: reads, logs and small outputs, with reasoning, so most steps
@@ -139,6 +162,40 @@ def test_steps_are_resumed_and_forward_what_the_whole_request_does(dialect: Dial
     assert resumed >= 3  # the property below would pass vacuously if nothing were resumed
     # Outputs leaving the tail make batch events, which compress repeated messages too.
     assert sum(result.event == "batch" for result in RESUMED) >= 2
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_steps_whose_last_messages_come_again_changed_are_resumed_before_them(
+    dialect: Dialect,
+) -> None:
+    requests = with_moving_cache_marks(requests_of(render(LONG, dialect)), dialect)
+    resumed = both_ways(dialect, requests, CompressionSettings(), [])
+    assert resumed >= 3
+    assert sum(result.event == "batch" for result in RESUMED) >= 1
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_last_messages_sent_again_with_other_outputs_leave_nothing_of_theirs_behind(
+    dialect: Dialect,
+) -> None:
+    # A client clears the outputs of the messages it sends again: what the last request
+    # made of them (a long log compressed on arrival, its original) is not carried on.
+    session = agent_session(
+        Turn("Fix the build", (step(LS), step(LONG_LOG), step(LS), step(GREP), step(LS)), None)
+    )
+    requests = with_moving_cache_marks(requests_of(render(session, dialect)), dialect)
+    key = FORMATS[dialect].messages_key
+    cleared_log = 0
+    for index in range(1, len(requests) - 1):
+        count = len(requests[index][key])
+        cleared = copy.deepcopy(requests[index + 1])
+        view = parse_conversation(dialect, cleared)
+        for item in view.items:
+            if item.kind is Kind.TOOL_RESULT and count - 2 <= item.message < count:
+                cleared_log += item.text == LONG_LOG.output
+                view.set_text(item, "[Old tool result content cleared]")
+        both_ways(dialect, [*requests[: index + 1], cleared], CompressionSettings(), [])
+    assert cleared_log == 1
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))
@@ -169,9 +226,12 @@ def test_a_cold_cache_or_a_client_rewrite_compresses_the_whole_request(dialect: 
 
 
 @PROPERTY
-@given(sessions(), settings_strategy, colds)
+@given(sessions(), settings_strategy, colds, st.booleans())
 def test_resumed_steps_forward_the_bytes_of_the_whole_path(
-    session: Session, options: CompressionSettings, cold_flags: list[bool]
+    session: Session, options: CompressionSettings, cold_flags: list[bool], marks: bool
 ) -> None:
     for rendered in renderings(session):
-        both_ways(rendered.dialect, requests_of(rendered), options, cold_flags)
+        requests = requests_of(rendered)
+        if marks:
+            requests = with_moving_cache_marks(requests, rendered.dialect)
+        both_ways(rendered.dialect, requests, options, cold_flags)
