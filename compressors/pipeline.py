@@ -31,13 +31,11 @@ from the newest output back, and shrinks, never grows, with the pressure level.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections import Counter
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from functools import partial
-from operator import attrgetter
 from typing import Any, Protocol, TypeVar, cast
 
 import xxhash
@@ -263,7 +261,6 @@ class CompressionResult:
 # The most last messages of a request a client may send again changed in the next one: a
 # trail leaves them out (``Conversation.resent``, ``_settled_end``).
 MAX_RESENT = 4
-_message_of = attrgetter("message")
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -394,10 +391,9 @@ def _compress(
     call_arguments = _call_arguments(items)
     copies: dict[str, int] = {}
     settled_items, unsettled = (items, []) if cut == len(items) else (items[:cut], items[cut:])
-    candidates = _candidates(settled_items, head_end, focus, memo, seen, call_arguments, copies)
-    settled = len(candidates)
-    settled_copies = dict(copies) if unsettled else copies
-    candidates += _candidates(unsettled, head_end, focus, memo, seen, call_arguments, copies, cut)
+    candidates, settled, settled_copies = _candidates_at_cut(
+        settled_items, unsettled, 0, cut, head_end, focus, memo, seen, call_arguments, copies
+    )
     settled_step = _Step.of(settled_items)
     step = _Step.of(unsettled, settled_step) if unsettled else settled_step
     in_tail = _tail_flags(candidates, step, live_start, settings, memo.level)
@@ -501,7 +497,7 @@ def _resume(
     if any(item.role is Role.USER and item.kind is Kind.TEXT for item in added):
         return None  # the turn may have changed
     end = _settled_end(conversation, trail.resent)
-    cut = bisect.bisect_left(items, end, lo=known, key=_message_of)
+    cut = conversation.first_item_of(end, lo=known)
     settled_items, unsettled = (added, []) if cut == len(items) else (items[known:cut], items[cut:])
     settled_step = _Step.of(settled_items, trail.step)
     step = _Step.of(unsettled, settled_step) if unsettled else settled_step
@@ -510,15 +506,17 @@ def _resume(
     assert memo.focus is not None  # set by the request that left the trail
     new_calls = _call_arguments(added)
     call_arguments = {**trail.call_arguments, **new_calls}
-    copies = dict(trail.copies)
-    focus = memo.focus[1]
-    candidates = _candidates(
-        settled_items, trail.head_end, focus, memo, seen, call_arguments, copies, known
-    )
-    settled = len(candidates)
-    settled_copies = dict(copies) if unsettled else copies
-    candidates += _candidates(
-        unsettled, trail.head_end, focus, memo, seen, call_arguments, copies, cut
+    candidates, settled, settled_copies = _candidates_at_cut(
+        settled_items,
+        unsettled,
+        known,
+        cut,
+        trail.head_end,
+        memo.focus[1],
+        memo,
+        seen,
+        call_arguments,
+        dict(trail.copies),
     )
     in_tail = _tail_flags(candidates, step, conversation.last_user_message, settings, memo.level)
     pending_tokens = trail.pending_tokens
@@ -537,7 +535,8 @@ def _resume(
             if item.kind is not Kind.TOOL_RESULT or item.value is not earlier.output.text:
                 return None  # not the output it was: never expected, never guessed at
             repeated_due.append(replace(earlier, item=item))
-        first = _first_item_of_message(items, trail.pending[0].position)
+        # An edit copies its message, and every item of it then points into the copy.
+        first = conversation.first_item_of(items[trail.pending[0].position].message)
 
     mark = conversation.mark(first, end)
     conversation.resume(trail.settled)
@@ -607,19 +606,11 @@ def _resume(
 
 def _settled_end(conversation: Conversation, resent: int) -> int:
     """How many of the wire messages a request's trail settles: all but the last ``resent``,
-    which its client sends again changed (``MAX_RESENT``), and never fewer than those before
-    the live turn's first message (the stage changes no other messages' items)."""
+    which its client sends again changed (``MAX_RESENT``), but at least up to the live turn's
+    first message: the stage changes and removes items of the turns before it, which a later
+    request takes from the trail."""
     count = conversation.message_count
     return max(count - resent, min(conversation.last_user_message + 1, count))
-
-
-def _first_item_of_message(items: list[Item], position: int) -> int:
-    """Where the items of the wire message of ``items[position]`` begin: an edit copies the
-    message, and every item of it then points into the copy."""
-    message = items[position].message
-    while position > 0 and items[position - 1].message == message:
-        position -= 1
-    return position
 
 
 def _sent_in_full(decision: Decision) -> bool:
@@ -869,6 +860,28 @@ def _candidates(
         copy = copies[content] = copies.get(content, -1) + 1
         found.append(_Candidate(item, output, content, f"{content}#{copy}", tokens, position))
     return found
+
+
+def _candidates_at_cut(
+    settled_items: list[Item],
+    unsettled: list[Item],
+    start: int,
+    cut: int,
+    head_end: int,
+    focus: frozenset[str],
+    memo: SessionMemo,
+    seen: SeenTexts,
+    call_arguments: dict[str | None, str],
+    copies: dict[str, int],
+) -> tuple[list[_Candidate], int, dict[str, int]]:
+    """``_candidates`` of the walk's items from ``start`` to ``cut`` (those a trail settles)
+    and then of the ``unsettled`` ones after them: all the candidates, how many are settled,
+    and the copies counted up to the cut."""
+    found = _candidates(settled_items, head_end, focus, memo, seen, call_arguments, copies, start)
+    settled = len(found)
+    settled_copies = dict(copies) if unsettled else copies
+    found += _candidates(unsettled, head_end, focus, memo, seen, call_arguments, copies, cut)
+    return found, settled, settled_copies
 
 
 def _tail_flags(

@@ -215,6 +215,11 @@ class Conversation:
         """Whether edits go through the session's edit memo (``share_messages`` with one)."""
         return self._shared and self._edits is not None
 
+    def first_item_of(self, message: int, lo: int = 0) -> int:
+        """The index of the first item (from ``lo`` on) of wire message ``message`` or a later
+        one: the items are in wire order."""
+        return bisect.bisect_left(self.items, message, lo=lo, key=_message)
+
     def mark(self, first: int = 0, end: int | None = None) -> Mark:
         """The messages and items as they are now, to ``settle`` what a stage does to them;
         only items from ``first`` on are followed (the others are known to stay as they are),
@@ -224,7 +229,7 @@ class Conversation:
         if end is None or end >= len(messages):
             end, last = len(messages), len(items)
         else:
-            last = bisect.bisect_left(items, end, key=_message)
+            last = self.first_item_of(end)
         rest = items[first:last]
         return Mark(
             list(messages),

@@ -10,7 +10,6 @@ request is parsed again and the addons run once more on that state.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import functools
 import logging
 import time
@@ -154,15 +153,10 @@ def _light(parsed: Parsed, conversation: Conversation, kind: RequestKind) -> boo
             and item.message >= parsed.reused
             and isinstance(item.value, str)
             and estimate_tokens(item.value) >= LIGHT_OUTPUT_TOKENS
-            for item in conversation.items[_first_item_of(conversation, parsed.reused) :]
+            for item in conversation.items[conversation.first_item_of(parsed.reused) :]
         )
         and parsed.ends[-1] - parsed.ends[parsed.reused - 1] <= LIGHT_STEP_BYTES
     )
-
-
-def _first_item_of(conversation: Conversation, message: int) -> int:
-    """The index of the first item of wire message ``message`` or later."""
-    return bisect.bisect_left(conversation.items, message, key=lambda item: item.message)
 
 
 def _rewrite(
