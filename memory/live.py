@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 from cachetools import LRUCache
@@ -15,17 +16,23 @@ class LiveCopies(Generic[T]):
     dropped first. Not locked: the store that owns it holds its own lock around each call."""
 
     def __init__(self, max_bytes: int, size: Callable[[T], int]) -> None:
-        self._copies: LRUCache[str, T] = LRUCache(maxsize=max_bytes, getsizeof=size)
+        # Each copy beside its size, measured once when it is kept: a size may take a walk
+        # over the whole copy, and the cache asks again on every insertion.
+        self._copies: LRUCache[str, tuple[T, int]] = LRUCache(
+            maxsize=max_bytes, getsizeof=itemgetter(1)
+        )
         self._size = size
 
     def get(self, session_id: str) -> T | None:
-        return self._copies.get(session_id)
+        kept = self._copies.get(session_id)
+        return None if kept is None else kept[0]
 
     def keep(self, session_id: str, copy: T) -> None:
         """(Re-)insert a copy, so the cache accounts for what it holds now; one larger than
         the whole cache is not kept."""
-        if self._size(copy) <= self._copies.maxsize:
-            self._copies[session_id] = copy
+        size = self._size(copy)
+        if size <= self._copies.maxsize:
+            self._copies[session_id] = (copy, size)
         else:
             self._copies.pop(session_id, None)
 

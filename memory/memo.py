@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Mapping
+from operator import attrgetter
 
 from compressors.pipeline import Decision, SessionMemo
 from memory.db import after_commit, exclusive, state_errors, write_transaction
@@ -12,14 +13,18 @@ from memory.live import LiveCopies
 from memory.state import StateConflict
 
 LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
+_text = attrgetter("text")
 
 
 def memo_size(memo: SessionMemo) -> int:
     """Roughly what a memo holds: its decisions' fingerprints and texts, the keys of their
     originals, and the contents of the markers it sent."""
-    decisions = sum(64 + len(fp) + len(d.text or "") for fp, d in memo.decisions.items())
-    keys = sum(64 + len(fp) for fp in memo.original_keys)
-    return 256 + decisions + keys + sum(len(key) + len(text) for key, text in memo.sent_as.items())
+    decisions = memo.decisions
+    texts = sum(map(len, filter(None, map(_text, decisions.values()))))
+    fingerprints = 64 * len(decisions) + sum(map(len, decisions))
+    keys = 64 * len(memo.original_keys) + sum(map(len, memo.original_keys))
+    markers = sum(map(len, memo.sent_as)) + sum(map(len, memo.sent_as.values()))
+    return 256 + fingerprints + texts + keys + markers
 
 
 SCHEMA = """

@@ -21,3 +21,18 @@ def test_copies_are_bounded_by_size_and_a_grown_copy_is_accounted_again() -> Non
     assert live.get("huge") is None
     live.drop("a")
     assert live.get("a") is None and live.bytes == 2
+
+
+def test_a_copy_is_measured_once_each_time_it_is_kept() -> None:
+    """A memo's size walks all its decisions: the cache used to measure it twice per save."""
+    measured: list[list[int]] = []
+
+    def size(copy: list[int]) -> int:
+        measured.append(copy)
+        return len(copy)
+
+    live: LiveCopies[list[int]] = LiveCopies(10, size)
+    live.keep("a", [1, 2, 3])
+    live.keep("b", [1, 2])
+    live.keep("a", [1])
+    assert len(measured) == 3 and live.bytes == 3
