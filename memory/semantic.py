@@ -7,10 +7,10 @@ memory search is BM25 alone.
 
 When the model runs (never a generative model, never per step):
 - once per memory entry text, when an index first sees it: at start-up for the memory that
-  exists, then for each entry stored or edited, on a thread of its own, one entry per call
-  (an entry is found by words until then; one stored through ``memory_store`` already has its
-  vector, from the near-duplicate check). Vectors are cached
-  by the entry's content key (``compressors.markers.ccr_key``) in
+  exists, then for each entry stored or edited (beyond ``INLINE_ENTRIES`` new entries at once,
+  the rest on a thread of its own, one per call: they are found by words until then; one stored
+  through ``memory_store`` already has its vector, from the near-duplicate check). Vectors are
+  cached by the entry's content key (``compressors.markers.ccr_key``) in
   ``<data_dir>/embeddings.sqlite3``, so a restart or a second replica on the same data dir
   does not compute them again;
 - once per new user message (recall) and per memory search call, for the query;
@@ -49,10 +49,12 @@ DUPLICATE_FLOOR = 0.9
 MAX_QUERY_CHARS = 500  # the cost grows with the text (500 chars: ~5 ms); its start says enough
 CACHE_FILE = "embeddings.sqlite3"
 MEMORY_CACHE = 50_000  # vectors kept in memory (2 KB each)
-# Entries embedded per call on the thread that embeds new entries aside: a query (a user
-# message's recall, on its request's path) waits for the model at most that long (4-5 ms an
-# entry). An index searched on a request's path never embeds entries itself: a compaction's
-# checkpoint (30-60 entries) would hold every session of the project that long.
+# New entries a search embeds itself when the index it uses changed: an entry or two edited by
+# hand is recalled by meaning at the next user message. More (a compaction's checkpoint: 30-60
+# entries, 4-5 ms each) are embedded on a thread of their own, one per call, so a query (a
+# user message's recall, on its request's path) waits for the model at most one entry; they
+# are found by words alone until then. The first index (start-up) embeds everything.
+INLINE_ENTRIES = 2
 BATCH = 1
 
 
@@ -265,13 +267,13 @@ class SemanticScorer:
         self._texts: list[str] = []
         self._waiting: set[int] = set()  # positions whose vector is being computed aside
         self._ready = False  # those vectors are computed: index again at the next search
-        self._indexed = False  # the first index embeds every entry; later ones none
+        self._indexed = False  # the first index embeds every entry; later ones INLINE_ENTRIES
 
     def index(self, texts: Sequence[str]) -> None:
         """The matrix of ``texts``; a text the last index had keeps its row (a memory file
         that changed is parsed again, the others keep their entries: most texts are known).
-        The first index (start-up's) embeds every text; later ones embed new texts aside
-        (``waiting``), unless their vectors are cached already."""
+        The first index (start-up's) embeds every text; later ones embed ``INLINE_ENTRIES``
+        new texts and the rest aside (``waiting``), unless their vectors are cached already."""
         self._texts, self._waiting, self._ready = list(texts), set(), False
         if not texts:
             self._matrix, self._rows = None, {}
@@ -286,7 +288,8 @@ class SemanticScorer:
                 return
             known = {**known, **found}
             missing = [text for text in missing if text not in found]
-        aside, missing = (missing, []) if self._indexed else ([], missing)
+        aside = missing[INLINE_ENTRIES:] if self._indexed else []
+        missing = missing[: len(missing) - len(aside)]
         computed = embeddings._guarded(lambda: embeddings.vectors(missing)) if missing else []
         if computed is None:
             self._matrix, self._rows = None, {}
