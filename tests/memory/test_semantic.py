@@ -237,11 +237,13 @@ def test_many_new_entries_are_embedded_aside_and_found_by_words_meanwhile(
     on its request's path and under the index lock every session of the project waits for;
     then its first 8 entries still were (40 ms for every session of the project); now 2."""
     gate = threading.Event()
+    aside_calls: list[int] = []
 
     class GatedModel(ToyModel):
         def embed(self, texts: Sequence[str]) -> Any:
             if threading.current_thread().name == "deepmem-embeddings":
                 assert gate.wait(10)
+                aside_calls.append(len(texts))
             return super().embed(texts)
 
     model = GatedModel()
@@ -269,3 +271,5 @@ def test_many_new_entries_are_embedded_aside_and_found_by_words_meanwhile(
     assert [hit.entry.text for hit in hits] == [new[-1]]  # by meaning, no shared word
     assert sorted(set(model.embedded) & set(new)) == sorted(new)  # each once
     assert len([t for t in model.embedded if t in new]) == len(new)
+    # One entry per call aside: a recall's query never waits for more than one.
+    assert aside_calls == [semantic.BATCH] * (len(new) - semantic.INLINE_ENTRIES) == [1] * 19
