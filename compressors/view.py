@@ -15,7 +15,7 @@ objects themselves are never changed.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
@@ -106,6 +106,24 @@ class Walked:
     fields: list[tuple[Any, ...]]
     call_names: dict[str, str]  # tool call id -> tool name, of the calls among the messages
     last_user_message: int
+    # Items made from ``fields`` before the next walk needs them (``make_items``); each list
+    # is taken by one walk (``take_items``), which changes its items as it likes.
+    made: list[list[Item]] = field(default_factory=list, compare=False, repr=False)
+
+    def make_items(self) -> None:
+        """Make the items of these messages for the next body's walk now, off its path (work
+        a request defers until its answer is out): a cold walk takes 0.3 µs an item to make
+        them. Safe beside a walk taking them on another thread."""
+        if not self.made:
+            self.made.append(list(starmap(Item, self.fields)))
+
+    def take_items(self) -> Iterable[Item]:
+        """Fresh items of these messages, as the walk found them: the ones made ahead, or
+        new ones."""
+        try:
+            return self.made.pop()
+        except IndexError:
+            return starmap(Item, self.fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +193,7 @@ class Conversation:
             self._walk_known = None
             return 0, {}
         self._walk_known = known
-        self.items.extend(starmap(Item, known.fields))
+        self.items.extend(known.take_items())
         self.last_user_message = known.last_user_message
         return count, dict(known.call_names)
 

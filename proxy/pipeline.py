@@ -232,6 +232,9 @@ def _rewrite(
         )
         if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
             bodies.remember(key, raw, parsed)
+            if parsed.start >= 0 and parsed.walked is not None:
+                # First of the deferred work: the next request's walk may come soon after.
+                flow.after.insert(0, parsed.walked.make_items)
         return Rewrite(out, outcome, session_id, kind, conversation, flow=flow)
     except StateUnavailable as exc:  # the addon reported it in /health; no traceback needed
         log.warning("%s; forwarding the original request (session %s)", exc, session_id)

@@ -237,6 +237,9 @@ def test_incremental_and_whole_parses_forward_the_same_bytes(
             got = rewrite_request(raw, rendered.dialect, headers, incremental, bodies=bodies)
             assert got.outcome == expected.outcome, got.error
             assert got.body == expected.body
+            for rewrite in (expected, got):  # the deferred work, as once the answer is out
+                for job in rewrite.flow.after if rewrite.flow is not None else ():
+                    job()
             kept = bodies._kept.get(key)
             if kept is not None:  # never edited by the addons
                 list_key = FORMATS[rendered.dialect].messages_key
@@ -428,3 +431,27 @@ def test_a_session_s_next_body_is_walked_from_where_it_differs(
     read.clear()  # a request without a session: nothing is kept for it, nothing taken
     rewrite_request(chat(turn(3)), Dialect.OPENAI_CHAT, {}, addons, bodies=bodies)
     assert read == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_the_items_of_a_session_s_next_walk_are_made_once_its_answer_is_out() -> None:
+    """Making the view's items of the repeated messages is deferred work of the request
+    before (``Walked.make_items``), first of its jobs: the next body's walk takes them."""
+
+    class Reads:
+        def request(self, conversation: Any, flow: Any) -> bool:
+            return False
+
+    bodies, headers, addons = BodyCache(), {"x-session-id": KEY[0]}, [Reads()]
+    first = rewrite_request(chat(turn(2)), Dialect.OPENAI_CHAT, headers, addons, bodies=bodies)
+    assert first.flow is not None and first.conversation is not None
+    walked = first.conversation.walked
+    assert walked is not None and walked.made == []
+    assert first.flow.after == [walked.make_items]
+    for job in first.flow.after:
+        job()
+    made = walked.made[0]
+    second = rewrite_request(chat(turn(3)), Dialect.OPENAI_CHAT, headers, addons, bodies=bodies)
+    assert second.conversation is not None
+    assert second.conversation.items[: len(made)] == made
+    assert all(a is b for a, b in zip(second.conversation.items, made, strict=False))
+    assert walked.made == []

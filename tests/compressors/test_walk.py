@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 from operator import attrgetter
 from typing import Any
 
@@ -106,6 +107,34 @@ def test_the_items_taken_are_new_objects() -> None:
     again = parse_conversation(Dialect.OPENAI_CHAT, {**body, "messages": list(messages)}, walked)
     assert _items(again) == before
     assert not {id(item) for item in again.items} & {id(item) for item in earlier.items}
+
+
+def test_items_made_ahead_are_taken_by_one_walk_and_later_walks_make_their_own() -> None:
+    """``make_items`` (deferred work of the request that left the walk) gives the next walk
+    its items; a second walk from the same place (a retry) must not get the first one's, which
+    its stages have changed."""
+    body = json.loads((CAPTURES / CAPTURE_FILES[Dialect.OPENAI_CHAT]).read_text())["body"]
+    messages = body["messages"]
+    earlier = parse_conversation(
+        Dialect.OPENAI_CHAT, {**body, "messages": messages[:-1]}, keep=True
+    )
+    walked = earlier.walked
+    assert walked is not None
+    walked.make_items()
+    walked.make_items()  # once is enough: nothing more is made
+    assert len(walked.made) == 1
+    made = walked.made[0]
+    assert [_fields(item) for item in made] == walked.fields
+    first = parse_conversation(Dialect.OPENAI_CHAT, {**body, "messages": list(messages)}, walked)
+    assert first.items[: len(made)] == made
+    assert all(map(operator.is_, first.items, made))
+    assert walked.made == []
+    before = _items(first)
+    for item in first.items:
+        item.holder, item.message = {}, -5
+    again = parse_conversation(Dialect.OPENAI_CHAT, {**body, "messages": list(messages)}, walked)
+    assert _items(again) == before
+    assert not {id(item) for item in again.items} & {id(item) for item in first.items}
 
 
 def _inside(holder: Any, message: Any) -> bool:
