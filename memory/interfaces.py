@@ -49,6 +49,15 @@ class DecisionMemos(Protocol):
         """Persist the memo's state and its changed decisions at once; ``StateConflict`` when
         another writer saved the session since this memo was loaded."""
 
+    def save_later(
+        self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]
+    ) -> None:
+        """``save``, which the store may write with the next ``flush`` (or at once): for
+        decisions no marker's original depends on. A later ``load`` gives them either way."""
+
+    def flush(self) -> None:
+        """Write the saves that wait (``save_later``); ``StateUnavailable`` if it fails."""
+
     def forget_live(self, session_id: str) -> None:
         """Drop any in-process copy: the next load reads what was saved."""
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from operator import attrgetter
 
 from compressors.pipeline import Decision, SessionMemo
 from memory.db import after_commit, exclusive, state_errors, write_transaction
 from memory.live import LiveCopies
-from memory.state import StateConflict
+from memory.state import StateConflict, StateUnavailable
 
+log = logging.getLogger("deepmem.memo")
 LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
 _text = attrgetter("text")
 
@@ -49,11 +52,26 @@ CREATE TABLE IF NOT EXISTS memo_decision (
 """
 
 
+@dataclass(slots=True)
+class _Waiting:
+    """A session's save that waits for ``MemoStore.flush``: its state and changed decisions as
+    they were saved (the memo object goes on changing with the session's next request)."""
+
+    memo: SessionMemo
+    state: tuple[int, int, str | None, int]
+    changed: dict[str, Decision]
+
+
+def _state(memo: SessionMemo) -> tuple[int, int, str | None, int]:
+    return memo.level, memo.thresholds_crossed, memo.turn, memo.events
+
+
 class MemoStore:
     """``DecisionMemos`` on SQLite: an LRU of live memos (at most ``live_bytes``) over the
     database; at most ``max_sessions`` kept. Safe to share between threads (one session's
     requests must still come one at a time: its memo object is changed outside the lock).
-    Several processes may share the database: each save checks the session's version."""
+    Several processes may share the database: each save checks the session's version (a save
+    that waited for ``flush`` is checked then)."""
 
     def __init__(
         self, db: sqlite3.Connection, max_sessions: int = 2000, live_bytes: int = LIVE_BYTES
@@ -61,6 +79,7 @@ class MemoStore:
         self.db = db
         self.max_sessions = max_sessions
         self._live: LiveCopies[SessionMemo] = LiveCopies(live_bytes, memo_size)
+        self._waiting: dict[str, _Waiting] = {}
         self._saves = 0
         with state_errors("cannot create the memo tables"):
             db.executescript(SCHEMA)
@@ -73,6 +92,8 @@ class MemoStore:
             memo = self._live.get(session_id)
             if memo is not None:
                 return memo
+            if session_id in self._waiting:  # its live copy went: what it waits to save first
+                self._flush([session_id])
             memo = SessionMemo()
             with state_errors("cannot read the state database"):
                 row = self.db.execute(
@@ -92,42 +113,115 @@ class MemoStore:
             return memo
 
     def forget_live(self, session_id: str) -> None:
-        """Drop the in-process copy; the next ``load`` reads what was really saved."""
+        """Drop the in-process copy; the next ``load`` reads what was really saved (first
+        what an earlier request's save waits to write: that request went upstream)."""
         with exclusive(self.db):
+            if session_id in self._waiting:
+                try:
+                    self._flush([session_id])
+                except StateUnavailable as exc:
+                    log.warning("session %s: decisions not saved: %s", session_id, exc)
             self._live.drop(session_id)
 
     def save(self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]) -> None:
-        """Persist the session's state and its changed decisions in one transaction; raises
-        ``StateUnavailable`` (nothing saved) when the write fails, and ``StateConflict`` (the
-        live copy dropped) when another process saved the session since ``memo`` was read."""
+        """Persist the session's state and its changed decisions (with what an earlier save
+        of it waits to write) in one transaction; raises ``StateUnavailable`` (nothing saved)
+        when the write fails, and ``StateConflict`` (the live copy dropped) when another
+        process saved the session since ``memo`` was read."""
         with exclusive(self.db):
+            waiting = self._waiting.get(session_id)
+            if waiting is not None and waiting.memo is memo:
+                changed = {**waiting.changed, **changed}
+            elif waiting is not None:
+                self._flush([session_id])
             try:
                 with state_errors("cannot write the state database"), write_transaction(self.db):
-                    self._write_session(session_id, memo)
-                    if changed:
-                        self.db.executemany(
-                            "INSERT OR REPLACE INTO memo_decision VALUES (?, ?, ?, ?, ?)",
-                            [
-                                (session_id, fp, d.level, d.text, int(d.final))
-                                for fp, d in changed.items()
-                            ],
-                        )
+                    self._write_session(session_id, memo, _state(memo))
+                    self._write_decisions(session_id, changed)
                     after_commit(self.db, lambda: self._saved(session_id, memo))
             except StateConflict:
+                self._waiting.pop(session_id, None)
                 self._live.drop(session_id)
                 raise
 
+    def save_later(
+        self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]
+    ) -> None:
+        """``save``, written by the next ``flush`` (or the session's next save or load that
+        misses its live copy): for decisions that no marker's original depends on, off the
+        request's path. The session's requests meanwhile use the live copy, which has them;
+        a process that dies before the flush loses them (its next request decides again)."""
+        with exclusive(self.db):
+            waiting = self._waiting.get(session_id)
+            if waiting is not None and waiting.memo is memo:
+                waiting.state = _state(memo)
+                waiting.changed.update(changed)
+            else:
+                if waiting is not None:
+                    self._flush([session_id])
+                self._waiting[session_id] = _Waiting(memo, _state(memo), dict(changed))
+            self._live.keep(session_id, memo)  # measured here, on the thread changing it
+
+    def flush(self) -> None:
+        """Write every save that waits, in one transaction; a session another process saved
+        meanwhile loses its live copy (its next request decides on what that one saved).
+        Raises ``StateUnavailable`` (the saves wait on) when the write fails."""
+        with exclusive(self.db):
+            self._flush(list(self._waiting))
+
+    def _flush(self, sessions: list[str]) -> None:
+        if not sessions:
+            return
+        written: list[tuple[str, _Waiting]] = []
+        with state_errors("cannot write the state database"), write_transaction(self.db):
+            for session_id in sessions:
+                waiting = self._waiting[session_id]
+                try:
+                    self._write_session(session_id, waiting.memo, waiting.state)
+                except StateConflict as exc:
+                    log.info("%s; its next request decides again", exc)
+                    del self._waiting[session_id]
+                    self._live.drop(session_id)
+                    continue
+                self._write_decisions(session_id, waiting.changed)
+                written.append((session_id, waiting))
+            after_commit(self.db, lambda: self._flushed(written))
+
+    def _flushed(self, written: list[tuple[str, _Waiting]]) -> None:
+        """Once the waiting saves are committed. The memos stay live as they are: they may be
+        changing on another thread, for the session's next request."""
+        for session_id, waiting in written:
+            waiting.memo.version += 1
+            if self._waiting.get(session_id) is waiting:
+                del self._waiting[session_id]
+            self._counted()
+
     def _saved(self, session_id: str, memo: SessionMemo) -> None:
-        """Once the session's rows are committed: the live copy is what was saved."""
+        """Once the session's rows are committed: the live copy is what was saved (with
+        what its earlier saves waited to write)."""
         memo.version += 1
+        self._waiting.pop(session_id, None)
         self._live.keep(session_id, memo)
+        self._counted()
+
+    def _counted(self) -> None:
         self._saves += 1
         if self._saves % 100 == 0:
             self.prune()
 
-    def _write_session(self, session_id: str, memo: SessionMemo) -> None:
-        """The session's row, one version on from the one ``memo`` was read at."""
-        state = (memo.level, memo.thresholds_crossed, memo.turn, memo.events, time.time())
+    def _write_decisions(self, session_id: str, changed: Mapping[str, Decision]) -> None:
+        if changed:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO memo_decision VALUES (?, ?, ?, ?, ?)",
+                [(session_id, fp, d.level, d.text, int(d.final)) for fp, d in changed.items()],
+            )
+
+    def _write_session(
+        self, session_id: str, memo: SessionMemo, saved: tuple[int, int, str | None, int]
+    ) -> None:
+        """The session's row (``saved``: its level, thresholds crossed, turn and events), one
+        version on from the one ``memo`` was read at."""
+        state = (*saved, time.time())
         updated = self.db.execute(
             "UPDATE memo_session SET level = ?, thresholds_crossed = ?, turn = ?, events = ?, "
             "updated = ?, version = version + 1 WHERE session = ? AND version = ?",
@@ -150,7 +244,8 @@ class MemoStore:
         )
 
     def prune(self) -> int:
-        """Forget the least recently updated sessions beyond ``max_sessions``."""
+        """Forget the least recently updated sessions beyond ``max_sessions`` (not one whose
+        save waits: it is in use)."""
         with state_errors("cannot prune old session memos"), write_transaction(self.db):
             stale = [
                 row[0]
@@ -158,6 +253,7 @@ class MemoStore:
                     "SELECT session FROM memo_session ORDER BY updated DESC LIMIT -1 OFFSET ?",
                     (self.max_sessions,),
                 )
+                if row[0] not in self._waiting
             ]
             for session_id in stale:
                 self.db.execute("DELETE FROM memo_decision WHERE session = ?", (session_id,))

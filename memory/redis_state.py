@@ -472,6 +472,15 @@ class RedisDecisionMemos:
         memo.version = int(version)
         self._keep(session_id, memo)
 
+    def save_later(
+        self, session_id: str, memo: SessionMemo, changed: Mapping[str, Decision]
+    ) -> None:
+        """Saved at once: another replica may serve the session's next request."""
+        self.save(session_id, memo, changed)
+
+    def flush(self) -> None:
+        """Nothing waits (``save_later`` saves at once)."""
+
     def forget_live(self, session_id: str) -> None:
         with self._lock:
             self._live.drop(session_id)

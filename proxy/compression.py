@@ -210,12 +210,15 @@ class CompressionStage:
                 conversation, memo, self.settings, cache_cold=cold, ahead=self.ahead, seen=flow.seen
             )
             # Originals first: a marker may go upstream only once its original is committed;
-            # both writes commit together, or neither does.
+            # the decisions commit with them. Without a new original, they wait for the memo
+            # store's flush, once the answer is out: nothing sent depends on them.
             with self.transaction():  # begins only if one of them writes
-                if result.originals:
-                    self.originals.put_many(result.originals)
+                stored = self.originals.put_many(result.originals) if result.originals else 0
                 if result.decisions or result.event:
-                    self.memos.save(flow.session_id, memo, result.decisions)
+                    save = self.memos.save if stored else self.memos.save_later
+                    save(flow.session_id, memo, result.decisions)
+            # Also what an earlier request's flush left waiting, when this one cancelled it.
+            flow.defer(self.flush_decisions)
         except Exception as exc:
             # The hook forwards the original bytes. The live memo may hold decisions whose
             # originals or rows were not kept: forget it, the next load reads what was saved.
@@ -232,6 +235,16 @@ class CompressionStage:
             level = memo.level
             flow.defer(lambda: self.compress_ahead(result, level))
         return result.changed
+
+    def flush_decisions(self) -> None:
+        """Deferred work: write the decisions that wait (``DecisionMemos.save_later``). A
+        failure is reported in /health; they wait on, for the next flush or save."""
+        try:
+            self.memos.flush()
+        except StateUnavailable as exc:
+            if self.health is not None:
+                self.health.report(STATE_WRITES, str(exc))
+            raise
 
     def compress_ahead(self, result: CompressionResult, level: int) -> None:
         """Deferred work: compress what a request sent in full, at the level it will get."""

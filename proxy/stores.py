@@ -153,12 +153,14 @@ def open_stores(settings: Settings, *, in_memory: bool = False) -> Stores:
     try:
         originals = OriginalStore(db, retention_days=settings.retention_days)
         originals.purge_expired()
+        memos = MemoStore(db)
         return Stores(
             originals,
-            MemoStore(db),
+            memos,
             InjectionMemo(db),
             retention_days=settings.retention_days,
             transaction=partial(_transaction, db),
+            close=memos.flush,
         )
     except StateUnavailable:
         db.close()
