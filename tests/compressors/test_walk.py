@@ -90,14 +90,20 @@ def test_messages_that_are_not_the_same_objects_are_walked_again(dialect: Dialec
     assert [fields[2:] for fields in _items(shorter)] == [fields[2:] for fields in _items(alone)]
 
 
-def test_the_items_taken_are_new_objects() -> None:
-    """Stages change items in place (a compressed output points at a copied holder): the
-    items a walk takes from the previous one must not be the previous request's."""
+def _walked_but_the_last() -> tuple[dict[str, Any], list[Any], Conversation]:
+    """A chat capture's body, its messages, and a kept walk of all of them but the last."""
     body = json.loads((CAPTURES / CAPTURE_FILES[Dialect.OPENAI_CHAT]).read_text())["body"]
     messages = body["messages"]
     earlier = parse_conversation(
         Dialect.OPENAI_CHAT, {**body, "messages": messages[:-1]}, keep=True
     )
+    return body, messages, earlier
+
+
+def test_the_items_taken_are_new_objects() -> None:
+    """Stages change items in place (a compressed output points at a copied holder): the
+    items a walk takes from the previous one must not be the previous request's."""
+    body, messages, earlier = _walked_but_the_last()
     walked = earlier.walked
     assert walked is not None
     first = parse_conversation(Dialect.OPENAI_CHAT, {**body, "messages": list(messages)}, walked)
@@ -113,11 +119,7 @@ def test_items_made_ahead_are_taken_by_one_walk_and_later_walks_make_their_own()
     """``make_items`` (deferred work of the request that left the walk) gives the next walk
     its items; a second walk from the same place (a retry) must not get the first one's, which
     its stages have changed."""
-    body = json.loads((CAPTURES / CAPTURE_FILES[Dialect.OPENAI_CHAT]).read_text())["body"]
-    messages = body["messages"]
-    earlier = parse_conversation(
-        Dialect.OPENAI_CHAT, {**body, "messages": messages[:-1]}, keep=True
-    )
+    body, messages, earlier = _walked_but_the_last()
     walked = earlier.walked
     assert walked is not None
     walked.make_items()

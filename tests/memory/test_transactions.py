@@ -21,6 +21,19 @@ from proxy.pipeline import Outcome, rewrite_request
 from proxy.stores import open_stores
 
 
+def _tool_step(call_id: str, output: str) -> list[dict[str, object]]:
+    """An agent step: a bash call and its output."""
+    call = {"name": "bash", "arguments": '{"command":"pytest"}'}
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": call}],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+    ]
+
+
 def test_a_nested_transaction_joins_the_outer_one_and_its_after_commit_work_waits(
     tmp_path: Path,
 ) -> None:
@@ -84,20 +97,7 @@ def test_a_compressing_request_commits_its_originals_and_decisions_in_one_transa
     log = "\n".join(f"line {n}: ok test_{n} passed in {n / 7:.3f}s" for n in range(600))
     messages: list[dict[str, object]] = [{"role": "user", "content": "run the tests"}]
     for step in range(3):
-        messages += [
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": f"c{step}",
-                        "type": "function",
-                        "function": {"name": "bash", "arguments": '{"command":"pytest"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": f"c{step}", "content": f"{log}\nrun {step}"},
-        ]
+        messages += _tool_step(f"c{step}", f"{log}\nrun {step}")
     raw = orjson.dumps({"model": "m", "messages": messages, "tools": [{"x": 1}]})
     rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": "ses"}, addons)
     assert rewrite.outcome == Outcome.REWRITTEN and b"deep-memory" in rewrite.body
@@ -208,20 +208,7 @@ def test_a_step_without_a_new_original_saves_its_decisions_once_its_answer_is_ou
     db.set_trace_callback(statements.append)
     messages: list[dict[str, object]] = [{"role": "user", "content": "look around"}]
     for step in range(2):
-        messages += [
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": f"c{step}",
-                        "type": "function",
-                        "function": {"name": "bash", "arguments": '{"command":"ls"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": f"c{step}", "content": f"a.py\nb.py\nrun {step}"},
-        ]
+        messages += _tool_step(f"c{step}", f"a.py\nb.py\nrun {step}")
     raw = orjson.dumps({"model": "m", "messages": messages, "tools": [{"x": 1}]})
     rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": "ses"}, addons)
     assert rewrite.flow is not None
@@ -233,16 +220,7 @@ def test_a_step_without_a_new_original_saves_its_decisions_once_its_answer_is_ou
     assert sum(s.startswith("BEGIN") for s in statements) == 1
     saved = _saved_decisions(path, "ses")
     assert saved and saved == {fp: d.text for fp, d in stores.memos.load("ses").decisions.items()}
-    messages += [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c9", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c9", "content": "c.py"},
-    ]
+    messages += _tool_step("c9", "c.py")
     raw = orjson.dumps({"model": "m", "messages": messages, "tools": [{"x": 1}]})
     rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": "ses"}, addons)
     live = {fp: d.text for fp, d in stores.memos.load("ses").decisions.items()}
