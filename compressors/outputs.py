@@ -79,3 +79,4 @@ class Compressed:
 
 
 CompressFn = Callable[[ToolOutput, Budget], Compressed | None]
+RecogniseFn = Callable[[ToolOutput, Budget], bool]

@@ -48,6 +48,7 @@ from compressors.markers import MARKER_START, ccr_key, marker, marker_keys, utf8
 from compressors.outputs import Budget, Compressed, ToolOutput
 from compressors.registry import (
     DEFAULT_PROTECTED_TOOLS,
+    compress_on_arrival,
     compress_output,
     is_protected,
     is_subagent_report,
@@ -118,8 +119,8 @@ class Decision:
 
 
 # What one output's compression depends on: its content (tool, arguments, text), the task's
-# focus terms, the level, the arrival filter of kinds (None: any) and the settings.
-CompressionKey = tuple[str, frozenset[str], int, frozenset[str] | None, CompressionSettings]
+# focus terms, the level and the settings.
+CompressionKey = tuple[str, frozenset[str], int, CompressionSettings]
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,11 +252,8 @@ class CompressionResult:
     tokens_before: int = 0
     tokens_after: int = 0
     changes: list[Change] = field(default_factory=list)  # what was changed, item by item
-    # Outputs sent in full that a later request will compress (``precompute``), in order,
-    # and per-tool compressions this request made but did not send (on arrival, of a kind not
-    # compressed then), by the key a later request looks them up with.
+    # Outputs sent in full that a later request will compress (``precompute``), in order.
     kept_in_full: list[_Candidate] = field(default_factory=list)
-    spare: dict[CompressionKey, tuple[str, Compressed] | None] = field(default_factory=dict)
 
 
 # The most last messages of a request a client may send again changed in the next one: a
@@ -975,8 +973,10 @@ def _on_arrival(
     candidate: _Candidate, settings: CompressionSettings, result: CompressionResult
 ) -> Decision:
     """A new output is sent in full, unless it is large and of a kind whose compressed form
-    keeps what the next step needs (listings, logs, JSON): then it is compressed at once,
-    which costs no cache rewrite at all."""
+    keeps what the next step needs (``arrival_kinds``: listings and logs): then it is
+    compressed at once, which costs no cache rewrite at all. Its kind is told by its shape
+    first: an output of another kind is not compressed on the request path only to be sent
+    in full (the request after it compresses it, computed ahead once the answer is out)."""
     if candidate.tokens < settings.arrival_tokens or not settings.arrival_kinds:
         return Decision(level=0)
     decision = _compress_one(candidate, False, 1, settings, result, settings.arrival_kinds)
@@ -1001,7 +1001,7 @@ def _compress_one(
         result.counters["dedup"] += 1
         return Decision(level=level, text=pointer)
     if ahead is not None:
-        found = ahead.get(compression_key(candidate, level, settings, kinds))
+        found = ahead.get(compression_key(candidate, level, settings))
         if found is not None:
             if found.counter is not None:
                 result.counters[found.counter] += 1
@@ -1010,11 +1010,12 @@ def _compress_one(
     if is_subagent_report(candidate.output):  # a long report is cut to about the size of a
         report_chars = settings.whole_report_tokens * 4 // level  # whole one, not to a tenth
         budget = replace(budget, max_chars=max(budget.max_chars, report_chars))
-    outcome = compress_output(candidate.output, budget)
-    if kinds is not None and (outcome is None or outcome[0] not in kinds):
-        # Not sent: what a later request would compute at this level, for ``precompute``.
-        result.spare[compression_key(candidate, level, settings)] = outcome
-        return Decision(level=level)
+    if kinds is None:
+        outcome = compress_output(candidate.output, budget)
+    else:
+        outcome = compress_on_arrival(candidate.output, budget, kinds)
+        if outcome is None:
+            return Decision(level=level)
     decision, counter = _decision(candidate, level, settings, outcome)
     if counter is not None:
         result.counters[counter] += 1
@@ -1041,12 +1042,9 @@ def _decision(
 
 
 def compression_key(
-    candidate: _Candidate,
-    level: int,
-    settings: CompressionSettings,
-    kinds: frozenset[str] | None = None,
+    candidate: _Candidate, level: int, settings: CompressionSettings
 ) -> CompressionKey:
-    return (candidate.content, candidate.output.focus, level, kinds, settings)
+    return (candidate.content, candidate.output.focus, level, settings)
 
 
 def _kept_in_full(candidate: _Candidate, memo: SessionMemo) -> bool:
@@ -1069,8 +1067,7 @@ def precompute(
 ) -> list[tuple[CompressionKey, Precomputed]]:
     """The compressions a later request will most likely make of the outputs ``result``'s
     request sent in full (``kept_in_full``): at ``level`` (the session's), in history order up
-    to the work cap, as ``compress`` makes them, from what the request computed but did not
-    send when it can (``spare``); those ``known`` are skipped."""
+    to the work cap, as ``compress`` makes them; those ``known`` are skipped."""
     found: list[tuple[CompressionKey, Precomputed]] = []
     work = 0
     for candidate in result.kept_in_full:
@@ -1080,12 +1077,9 @@ def precompute(
         key = compression_key(candidate, level, settings)
         if key in known:
             continue
-        if key in result.spare:
-            decision, counter = _decision(candidate, level, settings, result.spare[key])
-        else:
-            scratch = CompressionResult()
-            decision = _compress_one(candidate, False, level, settings, scratch)
-            counter = next(iter(scratch.counters), None)
+        scratch = CompressionResult()
+        decision = _compress_one(candidate, False, level, settings, scratch)
+        counter = next(iter(scratch.counters), None)
         found.append((key, Precomputed(decision.level, decision.text, decision.final, counter)))
     return found
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from compressors.outputs import Budget, Compressed, CompressFn, ToolOutput
+from compressors.outputs import Budget, Compressed, CompressFn, RecogniseFn, ToolOutput
 from compressors.tools import diff, file_read, generic, json_crush, listing, prose, search, shell
 from compressors.vocabulary import (
     EDITOR_TOOLS,
@@ -25,6 +25,9 @@ from compressors.vocabulary import (
 class ToolCompressor:
     name: str
     compress: CompressFn
+    # Cheaply, before compressing: whether the output has this kind's shape. ``compress``
+    # returns None for an output it does not recognise (and may for one it does).
+    recognises: RecogniseFn
     tools: frozenset[str]  # lowercased tool names and aliases that mean this kind
     programs: frozenset[str] = frozenset()  # shell programs whose output is this kind
 
@@ -32,6 +35,7 @@ class ToolCompressor:
 FILE_READ = ToolCompressor(
     "file_read",
     file_read.compress,
+    file_read.recognises,
     frozenset(
         {
             "read",
@@ -66,6 +70,7 @@ FILE_READ = ToolCompressor(
 LISTING = ToolCompressor(
     "listing",
     listing.compress,
+    listing.recognises,
     frozenset(
         {
             "glob",
@@ -84,6 +89,7 @@ LISTING = ToolCompressor(
 SEARCH = ToolCompressor(
     "search",
     search.compress,
+    search.recognises,
     frozenset(
         {
             "grep",
@@ -101,12 +107,13 @@ SEARCH = ToolCompressor(
         {"grep", "egrep", "fgrep", "rg", "ag", "ack", "git-grep", "search_dir", "search_file"}
     ),
 )
-SHELL = ToolCompressor("shell", shell.compress, SHELL_TOOLS)
-JSON = ToolCompressor("json", json_crush.compress, frozenset())
-DIFF = ToolCompressor("diff", diff.compress, frozenset({"diff", "git_diff"}))
+SHELL = ToolCompressor("shell", shell.compress, shell.recognises, SHELL_TOOLS)
+JSON = ToolCompressor("json", json_crush.compress, json_crush.recognises, frozenset())
+DIFF = ToolCompressor("diff", diff.compress, diff.recognises, frozenset({"diff", "git_diff"}))
 PROSE = ToolCompressor(
     "prose",
     prose.compress,
+    prose.recognises,
     frozenset(
         {
             "task",
@@ -122,7 +129,7 @@ PROSE = ToolCompressor(
         }
     ),
 )
-GENERIC = ToolCompressor("generic", generic.compress, frozenset())
+GENERIC = ToolCompressor("generic", generic.compress, generic.recognises, frozenset())
 
 # The list. Shape detection tries these in this order when the name says nothing.
 COMPRESSORS: tuple[ToolCompressor, ...] = (
@@ -198,6 +205,23 @@ def candidates(output: ToolOutput) -> list[ToolCompressor]:
 def compress_output(output: ToolOutput, budget: Budget) -> tuple[str, Compressed] | None:
     """The first candidate's result that fits; (compressor name, result) or None."""
     for compressor in candidates(output):
+        result = compressor.compress(output, budget)
+        if result is not None:
+            return compressor.name, result
+    return None
+
+
+def compress_on_arrival(
+    output: ToolOutput, budget: Budget, kinds: frozenset[str]
+) -> tuple[str, Compressed] | None:
+    """``compress_output`` for an output that has just arrived, of the ``kinds`` compressed
+    then, or None. Its kind is the first candidate's that recognises its shape: another
+    kind's compression can wait for the request after it, so it is not computed here."""
+    for compressor in candidates(output):
+        if compressor.name not in kinds:
+            if compressor.recognises(output, budget):
+                return None
+            continue
         result = compressor.compress(output, budget)
         if result is not None:
             return compressor.name, result

@@ -8,6 +8,7 @@ import asyncio
 import copy
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +17,8 @@ import pytest
 from hypothesis import given
 
 import compressors.pipeline as pipeline
-from compressors.outputs import Budget, Compressed, ToolOutput
+import compressors.registry as registry
+from compressors.outputs import Budget, Compressed, CompressFn, ToolOutput
 from compressors.pipeline import (
     CompressionSettings,
     Decision,
@@ -26,6 +28,7 @@ from compressors.pipeline import (
     compression_key,
     precompute,
 )
+from compressors.tokens import estimate_tokens
 from compressors.view import Dialect
 from compressors.wire import parse_conversation
 from proxy.compression import AheadCache, CompressionStage
@@ -34,6 +37,7 @@ from tests.test_properties import PROPERTY, colds
 from tests.test_proxy_compression import TOOLS, numbered_file
 
 JsonObject = dict[str, Any]
+Outcome = tuple[str, Compressed] | None
 
 
 def build_log(lines: int = 500) -> str:
@@ -132,16 +136,36 @@ def replay(
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """Counts the per-tool compressions the pipeline runs."""
+    """Counts the outputs the pipeline runs a per-tool compressor on (not those it only
+    recognises the kind of, on arrival)."""
     counted = Calls()
-    real = pipeline.compress_output
+    real_candidates = registry.candidates
+    ran: list[bool] = []
 
-    def counting(output: ToolOutput, budget: Budget) -> tuple[str, Compressed] | None:
-        counted.count += 1
-        counted.outputs.append(output.text)
-        return real(output, budget)
+    def running(compress: CompressFn) -> CompressFn:
+        def run(output: ToolOutput, budget: Budget) -> Compressed | None:
+            ran.append(True)
+            return compress(output, budget)
 
-    monkeypatch.setattr(pipeline, "compress_output", counting)
+        return run
+
+    def candidates(output: ToolOutput) -> list[registry.ToolCompressor]:
+        return [replace(c, compress=running(c.compress)) for c in real_candidates(output)]
+
+    def counting(entry: Callable[..., Outcome]) -> Callable[..., Outcome]:
+        def count(output: ToolOutput, *args: Any) -> Outcome:
+            ran.clear()
+            outcome = entry(output, *args)
+            if ran:
+                counted.count += 1
+                counted.outputs.append(output.text)
+            return outcome
+
+        return count
+
+    monkeypatch.setattr(registry, "candidates", candidates)
+    monkeypatch.setattr(pipeline, "compress_output", counting(pipeline.compress_output))
+    monkeypatch.setattr(pipeline, "compress_on_arrival", counting(pipeline.compress_on_arrival))
     return counted
 
 
@@ -166,20 +190,28 @@ def test_a_warmed_session_forwards_the_same_bytes_without_compressing_again(call
     assert (ahead.hits, ahead.misses) == (5, 0)
 
 
-def test_what_arrival_computed_but_did_not_send_is_not_computed_again(calls: Calls) -> None:
-    """A large file read is compressed on arrival only to find it is not of a kind sent
-    compressed then; that compression is the one the next request makes, and is kept."""
+def test_a_large_read_is_only_recognised_on_arrival_and_compressed_ahead(calls: Calls) -> None:
+    """A file read large enough to be compressed on arrival, were it a listing or a log, is
+    told apart by its shape and sent in full without being compressed on the request path;
+    its compression is computed once the answer is out, and the next request takes it."""
     requests = [(Dialect.OPENAI_CHAT, request) for request in agent_requests(read_lines=400)]
     settings = CompressionSettings()
+    assert all(
+        estimate_tokens(request["messages"][-1]["content"]) >= settings.arrival_tokens
+        for _, request in requests
+        if request["messages"][-2]["tool_calls"][0]["function"]["name"] == "read"
+    )
     cold = replay(requests, settings, None, calls)
     warm = replay(requests, settings, AheadCache(), calls)
     assert [s.body for s in warm] == [s.body for s in cold]
     assert [s.counters for s in warm] == [s.counters for s in cold]
     assert [s.decisions for s in warm] == [s.decisions for s in cold]
-    # Reads arrive at 0, 1, 3, 4, the large log at 5 (compressed on arrival and sent so).
-    assert [s.compressor_calls for s in cold] == [1, 2, 1, 2, 2, 2]
-    assert [s.compressor_calls for s in warm] == [1, 1, 0, 1, 1, 1]  # the arrivals only
-    assert [s.ahead_calls for s in warm] == [0, 0, 1, 0, 0, 0]  # the small log of step 2
+    # Reads arrive at 0, 1, 3, 4 (sent in full), the large log at 5 (compressed on arrival
+    # and sent so); each request compresses the step before it.
+    assert [s.compressor_calls for s in cold] == [0, 1, 1, 1, 1, 2]
+    assert [s.compressor_calls for s in warm] == [0, 0, 0, 0, 0, 1]  # the log's arrival only
+    assert [s.ahead_calls for s in warm] == [1, 1, 1, 1, 1, 0]
+    assert cold[0].body == orjson.dumps(requests[0][1])  # the first read, untouched
 
 
 def test_a_compression_made_for_another_level_or_focus_is_not_used(calls: Calls) -> None:
@@ -197,9 +229,8 @@ def test_a_compression_made_for_another_level_or_focus_is_not_used(calls: Calls)
             replace(kept, output=replace(kept.output, focus=frozenset({"x"}))), 1, settings
         ),
         compression_key(kept, 1, replace(settings, level_ratios=(0.3, 0.12, 0.08))),
-        compression_key(kept, 1, settings, settings.arrival_kinds),
     ]
-    assert len({key, *others}) == 5
+    assert len({key, *others}) == 4
     [(found_key, found)] = precompute(result, 1, settings)
     assert found_key == key and found.text is not None and found.counter == "compressed:file_read"
 

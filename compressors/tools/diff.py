@@ -36,14 +36,18 @@ def is_diff(text: str) -> bool:
     return "diff --git " in before or ("\n--- " in f"\n{before}" and "\n+++ " in before)
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
     text = output.text
     max_chars = budget.file_view_chars or budget.max_chars
-    if len(text) <= max_chars or not is_diff(text):
+    return len(text) > max_chars and text.count("\n") + 1 >= MIN_LINES and is_diff(text)
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    if not recognises(output, budget):
         return None
+    text = output.text
+    max_chars = budget.file_view_chars or budget.max_chars
     lines = text.split("\n")
-    if len(lines) < MIN_LINES:
-        return None
     places, messages, changed = _classify(lines)
     kept: set[int] = set()
     spent = 0

@@ -150,15 +150,24 @@ class FileView:
     first_number: int | None = None  # an un-numbered view's first line number, when the call says
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
+    return _view(output, budget) is not None
+
+
+def _view(output: ToolOutput, budget: Budget) -> FileView | None:
     text = output.text
     if not budget.max_chars < len(text) <= MAX_TEXT or _DIRECTORY_VIEW.search(text, 0, 400):
         return None
-    view = _parse(text) or (
+    return _parse(text) or (
         _parse_plain(text, _first_line_number(output)) if _prints_a_file(output) else None
     )
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    view = _view(output, budget)
     if view is None:
         return None
+    text = output.text
     max_chars = (
         budget.max_chars
         if _confirms_an_edit(output)

@@ -71,10 +71,14 @@ _WORD_BYTES = bytes(
 )
 
 
+def recognises(output: ToolOutput, budget: Budget) -> bool:
+    return len(output.text) >= MIN_CHARS and len(output.text) > budget.max_chars
+
+
 def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
-    text = output.text
-    if len(text) < MIN_CHARS or len(text) <= budget.max_chars:
+    if not recognises(output, budget):
         return None
+    text = output.text
     lines = text.split("\n")
     if len(lines) == 1:
         return _compress_single_line(text, budget.max_chars)

@@ -69,15 +69,29 @@ class _NotJson(Exception):
     """The text is not a JSON document this compressor can print faithfully."""
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
+    return _document(output, budget) is not None
+
+
+def _document(output: ToolOutput, budget: Budget) -> tuple[Any, bool] | None:
     text = output.text
     start = text[:256].lstrip()[:1]
     if start not in ("{", "[") or len(text) < MIN_CHARS or len(text) <= budget.max_chars:
         return None
     try:
-        document, lines = _parse(text)
-        return _fit(document, lines, len(text), budget.max_chars, output.focus)
-    except (_NotJson, orjson.JSONEncodeError, RecursionError):
+        return _parse(text)
+    except (_NotJson, RecursionError):
+        return None
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    found = _document(output, budget)
+    if found is None:
+        return None
+    document, lines = found
+    try:
+        return _fit(document, lines, len(output.text), budget.max_chars, output.focus)
+    except (orjson.JSONEncodeError, RecursionError):
         # nested deeper than orjson or Python recursion can print: the next compressor takes it
         return None
 

@@ -140,13 +140,23 @@ class Listing:
     focus: frozenset[str] = frozenset()  # the session's task words
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
+    return _listing(output, budget) is not None
+
+
+def _listing(output: ToolOutput, budget: Budget) -> Listing | None:
     text = output.text
     if not budget.max_chars < len(text) <= MAX_TEXT or "\n" not in text:
         return None
     listing = _split(output)
-    if listing is None or len(listing.body) < MIN_ENTRIES:
+    return listing if listing is not None and len(listing.body) >= MIN_ENTRIES else None
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    listing = _listing(output, budget)
+    if listing is None:
         return None
+    text = output.text
     body = [listing.lines[i] for i in listing.body]
     result: Compressed | None
     if _is_sections(listing):

@@ -76,16 +76,19 @@ DIGIT = re.compile(r"\d")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(\[*_])")
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
     text = output.text
     if len(text) < MIN_CHARS or len(text) <= budget.max_chars:
-        return None
+        return False
     if output.tool_key in PROSE_TOOLS:
-        if _looks_like_json(text):
-            return None  # the JSON compressor, tried next, does better
-    elif not looks_like_prose(text):
+        return not _looks_like_json(text)  # the JSON compressor, tried next, does better
+    return looks_like_prose(text)
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    if not recognises(output, budget):
         return None
-    return _compress(text, budget.max_chars, output.focus)
+    return _compress(output.text, budget.max_chars, output.focus)
 
 
 def _looks_like_json(text: str) -> bool:

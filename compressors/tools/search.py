@@ -82,7 +82,12 @@ class _Parsed:
     dir_listing: bool = False  # SWE-agent search_dir: one "path (N matches)" line per file
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
+    return _search_lines(output, budget) is not None
+
+
+def _search_lines(output: ToolOutput, budget: Budget) -> tuple[list[str], bool] | None:
+    """The output's lines and whether its call was a search, when it looks like one."""
     text = output.text
     if len(text) <= budget.max_chars or "\x00" in text[:4096]:
         return None
@@ -90,8 +95,15 @@ def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
     if not lines[-1]:
         lines.pop()
     in_context = is_search_context(output)
-    if not looks_like_search(lines, in_context):
+    return (lines, in_context) if looks_like_search(lines, in_context) else None
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    found = _search_lines(output, budget)
+    if found is None:
         return None
+    text = output.text
+    lines, in_context = found
     parsed = _parse(lines, in_context)
     matches = sum(w for k, w in zip(parsed.kinds, parsed.weights, strict=True) if k == MATCH)
     if matches <= HANDFUL:

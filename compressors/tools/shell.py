@@ -230,15 +230,33 @@ _PLANS = {
 _RUNNER_PLAN = _Plan(2, 0.05, 0.15)
 
 
-def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+def recognises(output: ToolOutput, budget: Budget) -> bool:
+    kind = _log_kind(output, budget)
+    if kind is None:
+        return False
+    if output.tool_key in SHELL_TOOLS and kind == GENERIC and _is_file_view(output.text):
+        return search.is_search_context(output) and search.recognises(output, budget)
+    return True
+
+
+def _log_kind(output: ToolOutput, budget: Budget) -> str | None:
+    """The runner of a log this compressor takes (GENERIC: a shell tool's other output)."""
     text = output.text
     if len(text) <= budget.max_chars:
         return None
     kind = detect_kind(text)
     if output.tool_key not in SHELL_TOOLS:
         # Tried by shape: only an output that is clearly a runner's log is ours.
-        return compress_log(text, kind, budget.max_chars) if _is_clear_log(text, kind) else None
-    if kind == GENERIC:
+        return kind if _is_clear_log(text, kind) else None
+    return kind
+
+
+def compress(output: ToolOutput, budget: Budget) -> Compressed | None:
+    kind = _log_kind(output, budget)
+    if kind is None:
+        return None
+    text = output.text
+    if output.tool_key in SHELL_TOOLS and kind == GENERIC:
         if search.is_search_context(output):
             delegated = search.compress(output, budget)
             if delegated is not None:
