@@ -62,7 +62,6 @@ from proxy.sessions import (
 )
 from proxy.stores import STATE_DB, STATE_SERVER, Stores, open_durable_stores
 from proxy.usage import UsageReader
-from proxy.workers import QUIET_SECONDS
 
 log = logging.getLogger("deepmem.proxy")
 access_log = logging.getLogger("deepmem.access")
@@ -446,9 +445,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 state.rewrites.run_after(outbound.session_id, flow.after)
     finally:
         answered = None if outbound is None else functools.partial(_settle, state, outbound)
-        # Settled now (a reader counts it), counted by the worker once the client has read.
-        state.sessions.settle(book, answered, wake=False)
-        asyncio.get_running_loop().call_later(QUIET_SECONDS, state.sessions.wake)
+        state.sessions.settle(book, answered)
 
 
 def _relayed(state: ProxyState, request: web.Request, book: Book) -> _Outbound:

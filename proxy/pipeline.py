@@ -29,7 +29,7 @@ from proxy.bodies import BodyCache, Parsed, write
 from proxy.flow import Addon, Flow
 from proxy.opt_out import OptOut
 from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
-from proxy.workers import QUIET_SECONDS, Priority, Workers
+from proxy.workers import Priority, Workers
 
 log = logging.getLogger("deepmem.pipeline")
 
@@ -285,8 +285,7 @@ class RewriteRunner:
     def __init__(self, workers: int = REWRITE_WORKERS) -> None:
         self._workers = Workers(workers, "deepmem-rewrite")
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, requests holding/waiting
-        # Per session, deferred work not finished: not yet handed over, or not yet done.
-        self._deferred: dict[str, set[Future[None] | asyncio.TimerHandle]] = {}
+        self._deferred: dict[str, set[Future[None]]] = {}  # not finished, per session
 
     async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, after the session's earlier requests.
@@ -348,24 +347,13 @@ class RewriteRunner:
             self._release(session_key, lock)
 
     def run_after(self, session_key: str | None, work: Sequence[Callable[[], None]]) -> None:
-        """Start ``work`` (a flow's deferred jobs) in order on a worker thread, from
-        ``QUIET_SECONDS`` on (the answer's client first) and once no request's rewrite waits
-        for one; nobody waits for it, and a failure is logged. The jobs only fill caches for
-        the session's next request, so they need not hold its turn: if that request comes
-        first, jobs not yet started are cancelled (``_take_turn``). On the event loop."""
+        """Start ``work`` (a flow's deferred jobs) in order on a worker thread once no
+        request's rewrite waits for one; nobody waits for it, and a failure is logged. The
+        jobs only fill caches for the session's next request, so they need not hold its turn:
+        if that request comes first, jobs not yet started are cancelled (``_take_turn``)."""
         if not work:
             return
-        timer: asyncio.TimerHandle | None = None
 
-        def hand_over() -> None:
-            self._discard(session_key, timer)
-            self._submit_after(session_key, work)
-
-        timer = asyncio.get_running_loop().call_later(QUIET_SECONDS, hand_over)
-        if session_key is not None:
-            self._deferred.setdefault(session_key, set()).add(timer)
-
-    def _submit_after(self, session_key: str | None, work: Sequence[Callable[[], None]]) -> None:
         def jobs() -> None:
             for job in work:
                 try:
@@ -383,12 +371,10 @@ class RewriteRunner:
         # event loop once done.
         self._deferred.setdefault(session_key, set()).add(submitted)
         asyncio.wrap_future(submitted).add_done_callback(
-            lambda _: self._discard(session_key, submitted)
+            lambda _: self._forget_deferred(session_key, submitted)
         )
 
-    def _discard(self, key: str | None, done: Future[None] | asyncio.TimerHandle | None) -> None:
-        if key is None or done is None:
-            return
+    def _forget_deferred(self, key: str, done: Future[None]) -> None:
         pending = self._deferred.get(key)
         if pending is not None:
             pending.discard(done)

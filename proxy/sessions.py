@@ -414,27 +414,19 @@ class SessionRegistry:
             if book.ready:
                 self._schedule()
 
-    def settle(
-        self, book: Book, commit: BookHook | None = None, *, last: bool = True, wake: bool = True
-    ) -> None:
+    def settle(self, book: Book, commit: BookHook | None = None, *, last: bool = True) -> None:
         """Count the book soon, in the background, ``commit(book)`` after what it holds:
         ``last``, the request's answer has been relayed; else a part to show meanwhile (a
         long answer), the rest settled later. A book never entered (the request ended before
-        its rewrite ran) is forgotten. Without ``wake``, a reader counts it, and so does the
-        worker at the next ``wake``."""
+        its rewrite ran) is forgotten."""
         with self._queue_lock:
             if book.done:
                 return
             if commit is not None:
                 book.commits.append(commit)
             book.ready, book.done = True, last
-            if book.entered and wake:
+            if book.entered:
                 self._schedule()
-
-    def wake(self) -> None:
-        """Have the worker count what is settled."""
-        with self._queue_lock:
-            self._schedule()
 
     def flush(self) -> None:
         """Count every settled book now (a reader is asking)."""

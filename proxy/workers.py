@@ -21,11 +21,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 DEFERRED_BACKLOG = 64  # deferred jobs waiting at most: one per active session, about
-# What a request leaves for later (deferred jobs, its bookkeeping, its log line) is handed to
-# the background threads this long after its answer went out: the client is still reading
-# the answer, and when the other cores are busy a thread woken then takes its CPU (on two
-# cores, one kept busy by another process: 0.2-0.35 ms on the corpus's p50; idle: nothing).
-QUIET_SECONDS = 0.005
 
 
 class Priority(enum.Enum):
