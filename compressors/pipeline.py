@@ -54,7 +54,7 @@ from compressors.registry import (
     is_subagent_report,
 )
 from compressors.tokens import estimate_tokens
-from compressors.view import Conversation, Item, Kind, Role, Settled
+from compressors.view import MAX_RESENT, Conversation, Item, Kind, Role, Settled
 
 R = TypeVar("R")
 
@@ -256,9 +256,6 @@ class CompressionResult:
     kept_in_full: list[_Candidate] = field(default_factory=list)
 
 
-# The most last messages of a request a client may send again changed in the next one: a
-# trail leaves them out (``Conversation.resent``, ``_settled_end``).
-MAX_RESENT = 4
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
 THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>\s*", re.DOTALL)
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)

@@ -94,6 +94,24 @@ _holder, _message = attrgetter("holder"), attrgetter("message")
 _fields = attrgetter("kind", "role", "message", "holder", "key", "call_id", "tool_name")
 
 
+# The most last messages of a request a client may send again changed in the next one
+# (OpenCode moves Anthropic's cache marks to the last two messages on every request): a walk
+# notes where it stood before each of them (``WalkPoint``), and a stage's trail leaves them out
+# (``Conversation.resent``, ``compressors.pipeline``).
+MAX_RESENT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class WalkPoint:
+    """Where a walk stood before wire message ``message``: how many items it had found in the
+    messages before it, the tool call names they named and the last user message among them."""
+
+    message: int
+    fields: int
+    call_names: dict[str, str]
+    last_user_message: int
+
+
 @dataclass(frozen=True, slots=True)
 class Walked:
     """What a format's walk found in a body's wire messages (``Conversation.walked``): each
@@ -106,6 +124,7 @@ class Walked:
     fields: list[tuple[Any, ...]]
     call_names: dict[str, str]  # tool call id -> tool name, of the calls among the messages
     last_user_message: int
+    points: tuple[WalkPoint, ...] = ()  # before each of the last messages, in order
     # Items made from ``fields`` before the next walk needs them (``make_items``); each list
     # is taken by one walk (``take_items``), which changes its items as it likes.
     made: list[list[Item]] = field(default_factory=list, compare=False, repr=False)
@@ -117,13 +136,33 @@ class Walked:
         if not self.made:
             self.made.append(list(starmap(Item, self.fields)))
 
-    def take_items(self) -> Iterable[Item]:
-        """Fresh items of these messages, as the walk found them: the ones made ahead, or
-        new ones."""
+    def take_items(self, count: int) -> Iterable[Item]:
+        """Fresh items of the first ``count`` fields, as the walk found them: the ones made
+        ahead, or new ones."""
         try:
-            return self.made.pop()
+            made = self.made.pop()
         except IndexError:
-            return starmap(Item, self.fields)
+            return starmap(Item, islice(self.fields, count))
+        return made if count == len(made) else islice(made, count)
+
+    def point_within(self, messages: list[Any]) -> WalkPoint | None:
+        """The last point before which ``messages`` repeat these messages object for object,
+        when they repeat all but some of the last (``MAX_RESENT``) of them."""
+        points, walked = self.points, self.messages
+        if (
+            not points
+            or points[0].message > len(messages)
+            or not all(map(is_, islice(walked, points[0].message), messages))
+        ):
+            return None
+        found = points[0]
+        for point in points[1:]:
+            if point.message > len(messages) or not all(
+                map(is_, walked[found.message : point.message], messages[found.message :])
+            ):
+                break
+            found = point
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,36 +219,65 @@ class Conversation:
     walked: Walked | None = None  # what the walk found in the wire messages (``end_walk``)
     _walk_head: int = 0  # items before the wire messages' (a top-level system prompt's)
     _walk_known: Walked | None = None  # what ``begin_walk`` was given and took
+    _walk_taken: int = 0  # how many of its fields it took
+    _walk_first: int = 0  # the first message walked
+    _walk_points: list[WalkPoint] = field(default_factory=list)
 
     def begin_walk(self, messages: list[Any], known: Walked | None) -> tuple[int, dict[str, str]]:
         """Where a format's walk of the wire ``messages`` begins, once the items before them
         are in: the index of the first message to read and the tool call names known before
         it (the walk adds to them). When this body begins with the message objects ``known``
-        describes, their items are added as that walk found them and the walk goes on after
-        them."""
+        describes, or with all but some of its last ones (``WalkPoint``), their items are
+        added as that walk found them and the walk goes on after them."""
         self._walk_head = len(self.items)
-        count = len(known.messages) if known is not None else 0
-        if known is None or count > len(messages) or not all(map(is_, known.messages, messages)):
-            self._walk_known = None
+        self._walk_known, self._walk_taken, self._walk_first = None, 0, 0
+        self._walk_points = []
+        if known is None:
             return 0, {}
-        self._walk_known = known
-        self.items.extend(known.take_items())
-        self.last_user_message = known.last_user_message
-        return count, dict(known.call_names)
+        count, taken = len(known.messages), len(known.fields)
+        last_user, call_names = known.last_user_message, known.call_names
+        if count > len(messages) or not all(map(is_, known.messages, messages)):
+            point = known.point_within(messages)
+            if point is None:
+                return 0, {}
+            count, taken = point.message, point.fields
+            last_user, call_names = point.last_user_message, point.call_names
+        self._walk_known, self._walk_taken, self._walk_first = known, taken, count
+        self.items.extend(known.take_items(taken))
+        self.last_user_message = last_user
+        return count, dict(call_names)
+
+    def walk_indices(self, first: int, count: int, call_names: dict[str, str]) -> Iterator[int]:
+        """The indices of the messages a format's walk reads, from ``first`` to ``count``;
+        where the walk stands before each of the last ones is noted for the next body's walk
+        (``WalkPoint``), when ``keep_walk`` asks for it."""
+        last = max(first, count - MAX_RESENT) if self.keep_walk else count
+        yield from range(first, last)
+        for index in range(last, count):
+            fields = len(self.items) - self._walk_head
+            point = WalkPoint(index, fields, dict(call_names), self.last_user_message)
+            self._walk_points.append(point)
+            yield index
 
     def end_walk(self, messages: list[Any], call_names: dict[str, str]) -> None:
         """Keep what the walk begun by ``begin_walk`` found (``walked``), for the next body,
         when ``keep_walk`` asks for it."""
-        known = self._walk_known
         if not self.keep_walk:
             return
-        start = self._walk_head + (len(known.fields) if known is not None else 0)
-        found = list(map(_fields, self.items[start:]))
+        known, taken = self._walk_known, self._walk_taken
+        found = list(map(_fields, self.items[self._walk_head + taken :]))
+        points = self._walk_points
+        if known is not None:
+            # Its points before the first message walked stand, where still among the last.
+            last = len(messages) - MAX_RESENT
+            first = self._walk_first
+            points = [p for p in known.points if last <= p.message < first] + points
         self.walked = Walked(
             list(messages),
-            known.fields + found if known is not None else found,
+            known.fields[:taken] + found if known is not None else found,
             call_names,
             self.last_user_message,
+            tuple(points),
         )
 
     def share_messages(self, edits: EditMemo | None = None) -> None:

@@ -397,6 +397,9 @@ class Rendered:
     dialect: Dialect
     body: JsonObject
     boundaries: list[Boundary] = field(default_factory=list)
+    # Anthropic: a cache mark on the last block of each of the request's last messages, as
+    # OpenCode sends them (so the messages that had them come again changed).
+    cache_marks: int = 0
 
     @property
     def list_key(self) -> str:
@@ -405,7 +408,11 @@ class Rendered:
     def request(self, boundary: Boundary) -> JsonObject:
         """The body of one request (new containers; strings are shared, never edited)."""
         body = orjson.loads(orjson.dumps(self.body))
-        body[self.list_key] = body[self.list_key][: boundary.end]
+        messages = body[self.list_key] = body[self.list_key][: boundary.end]
+        for message in messages[len(messages) - self.cache_marks :] if self.cache_marks else ():
+            content = message.get("content")
+            if isinstance(content, list) and content:
+                content[-1]["cache_control"] = {"type": "ephemeral"}
         return body
 
 
@@ -532,7 +539,7 @@ def _render_anthropic(session: Session, variant: int) -> Rendered:
         "thinking": {"type": "enabled", "budget_tokens": 4000},
         "stream": True,
     }
-    return Rendered(Dialect.ANTHROPIC, body, boundaries)
+    return Rendered(Dialect.ANTHROPIC, body, boundaries, cache_marks=2 if variant % 3 else 0)
 
 
 def _reasoning_item(think: Reasoning, number: int) -> JsonObject:

@@ -319,15 +319,30 @@ def first_user_message(conversation: Conversation) -> int:
 
 
 def sent_forms(sent: Sent) -> dict[int, bytes]:
-    """Each input message (by its index in the client's list) as it was sent upstream."""
+    """Each input message (by its index in the client's list) as it was sent upstream, but
+    for Anthropic's cache marks, which the client moves (a provider's cached prefix is the
+    same without them)."""
     key = list_key(sent.dialect)
     gone = {item.message for item in sent.alignment.dropped}
     forms = {}
     for index in range(len(sent.request[key])):
         if sent.dialect is Dialect.OPENAI_RESPONSES and index in gone:
             continue
-        forms[index] = dumps(sent.body[key][output_index(sent, index)])
+        forms[index] = dumps(_unmarked(sent.body[key][output_index(sent, index)]))
     return forms
+
+
+def _unmarked(message: Any) -> Any:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    blocks = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        if isinstance(block, dict)
+        else block
+        for block in content
+    ]
+    return {**message, "content": blocks}
 
 
 # --- minimal sessions that showed bugs these properties found; replayed on every run --------

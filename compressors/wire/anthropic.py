@@ -43,7 +43,7 @@ class Anthropic:
         if "system" in body:
             text_parts(items, Role.SYSTEM, Kind.TEXT, -1, body, "system")
         first, call_names = conversation.begin_walk(messages, known)
-        for index in range(first, len(messages)):
+        for index in conversation.walk_indices(first, len(messages), call_names):
             message = message_object(index, messages[index])
             content = message.get("content")
             if not isinstance(content, str | list):

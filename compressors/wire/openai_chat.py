@@ -39,7 +39,7 @@ class OpenAIChat:
             raise UnrecognisedBody("chat completions body has no 'messages' list")
         items = conversation.items
         first, call_names = conversation.begin_walk(messages, known)
-        for index in range(first, len(messages)):
+        for index in conversation.walk_indices(first, len(messages), call_names):
             message = message_object(index, messages[index])
             role_name = message.get("role")
             if not isinstance(role_name, str):

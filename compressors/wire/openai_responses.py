@@ -47,7 +47,7 @@ class OpenAIResponses:
         if not isinstance(entries, list):
             raise UnrecognisedBody("responses body has no 'input'")
         first, call_names = conversation.begin_walk(entries, known)
-        for index in range(first, len(entries)):
+        for index in conversation.walk_indices(first, len(entries), call_names):
             entry = message_object(index, entries[index])
             kind = entry.get("type", "message")
             if kind == "message":

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressors.view import Conversation, Dialect, Walked
+from compressors.view import MAX_RESENT, Conversation, Dialect, Walked
 from compressors.wire import parse_conversation
 from tests.compressors.test_view_append import CAPTURE_FILES
 from tests.conftest import CAPTURES
@@ -31,14 +31,17 @@ def _items(conversation: Conversation) -> list[tuple[Any, ...]]:
     return [_fields(item) for item in conversation.items]
 
 
-def _same_walk(dialect: Dialect, body: dict[str, Any], count: int) -> Walked:
+def _same_walk(dialect: Dialect, body: dict[str, Any], count: int, resent: int = 0) -> Walked:
     """Walk the body's first ``count`` messages, then the whole body (the same message
-    objects, in a new body) going on from there: it must find what a whole walk finds."""
+    objects but the ``resent`` last of those, which are equal copies, in a new body) going on
+    from there: it must find what a whole walk finds."""
     key = LIST_KEY[dialect]
     messages = body[key]
     earlier = parse_conversation(dialect, {**body, key: messages[:count]}, keep=True)
     assert earlier.walked is not None
-    later = {**body, key: list(messages)}
+    again = count - resent
+    copies = copy.deepcopy(messages[again:count])
+    later = {**body, key: [*messages[:again], *copies, *messages[count:]]}
     resumed = parse_conversation(dialect, later, earlier.walked, keep=True)
     whole = parse_conversation(dialect, {**body, key: list(messages)}, keep=True)
     assert _items(resumed) == [
@@ -66,8 +69,42 @@ def test_a_walk_from_an_earlier_request_finds_the_whole_walk(session, dialect, d
     rendered = render(session, dialect)
     boundary = data.draw(st.sampled_from(rendered.boundaries))
     count = data.draw(st.integers(0, boundary.end))
+    resent = data.draw(st.integers(0, min(count, MAX_RESENT + 1)))
     body = rendered.request(boundary)
-    _same_walk(dialect, body, count)
+    _same_walk(dialect, body, count, resent)
+
+
+@pytest.mark.parametrize("dialect", list(CAPTURE_FILES))
+def test_a_body_that_sends_its_last_messages_again_changed_is_walked_from_before_them(
+    dialect: Dialect,
+) -> None:
+    """OpenCode moves Anthropic's cache marks to the last two messages on every request: the
+    messages before them are taken from the previous walk (its items made ahead are used),
+    and those from the first one sent again are read again."""
+    body = json.loads((CAPTURES / CAPTURE_FILES[dialect]).read_text())["body"]
+    key = LIST_KEY[dialect]
+    messages = body[key]
+    count = len(messages) - 1
+    for resent in range(1, MAX_RESENT + 2):
+        earlier = parse_conversation(dialect, {**body, key: messages[:count]}, keep=True)
+        walked = earlier.walked
+        assert walked is not None
+        walked.make_items()
+        made = walked.made[0]
+        again = count - resent
+        later = [*messages[:again], *copy.deepcopy(messages[again:count]), *messages[count:]]
+        resumed = parse_conversation(dialect, {**body, key: later}, walked, keep=True)
+        assert resumed.walked is not None
+        head = len(resumed.items) - len(resumed.walked.fields)  # the system prompt's items
+        taken = [i for i, item in enumerate(made) if item.message < again]
+        if resent <= MAX_RESENT and again > 0:
+            assert all(map(operator.is_, resumed.items[head : head + len(taken)], made))
+            assert not {id(item) for item in resumed.items[head + len(taken) :]} & set(
+                map(id, made)
+            )
+        else:  # further back than the walk noted: walked whole
+            assert not {id(item) for item in resumed.items} & set(map(id, made))
+        _same_walk(dialect, body, count, resent)
 
 
 @pytest.mark.parametrize("dialect", list(CAPTURE_FILES))
