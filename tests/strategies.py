@@ -408,12 +408,29 @@ class Rendered:
     def request(self, boundary: Boundary) -> JsonObject:
         """The body of one request (new containers; strings are shared, never edited)."""
         body = orjson.loads(orjson.dumps(self.body))
-        messages = body[self.list_key] = body[self.list_key][: boundary.end]
-        for message in messages[len(messages) - self.cache_marks :] if self.cache_marks else ():
-            content = message.get("content")
-            if isinstance(content, list) and content:
-                content[-1]["cache_control"] = {"type": "ephemeral"}
+        body[self.list_key] = body[self.list_key][: boundary.end]
+        return with_cache_marks(body, self.list_key, self.cache_marks)
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def with_cache_marks(body: JsonObject, list_key: str, count: int = 2) -> JsonObject:
+    """``body`` as OpenCode sends Anthropic requests: a cache mark on the last block of each of
+    its last ``count`` messages (on the message itself where its content is not a list of
+    blocks), so those messages come again without it in the next request. Those messages are
+    new containers; the rest is ``body``'s."""
+    if not count:
         return body
+    messages = body[list_key] = list(body[list_key])
+    for index in range(max(0, len(messages) - count), len(messages)):
+        message = messages[index] = dict(messages[index])
+        content = message.get("content")
+        if isinstance(content, list) and content and isinstance(content[-1], dict):
+            message["content"] = [*content[:-1], {**content[-1], "cache_control": EPHEMERAL}]
+        else:
+            message["cache_control"] = EPHEMERAL
+    return body
 
 
 def render(session: Session, dialect: Dialect) -> Rendered:

@@ -24,7 +24,8 @@ from proxy.flow import Addon
 from proxy.memory_api import memory_service
 from proxy.pipeline import rewrite_request
 from proxy.stores import open_stores
-from tests.strategies import Session, renderings, sessions
+from tests.addons import Hook
+from tests.strategies import Session, renderings, sessions, with_cache_marks
 from tests.test_properties import MEMORY_MD, PROPERTY
 
 CHAT = FORMATS[Dialect.OPENAI_CHAT]
@@ -254,6 +255,7 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
 ) -> None:
     import threading
 
+    from proxy.pipeline import LIGHT_BODY_BYTES
     from tests.addons import Hook
 
     where: list[str] = []
@@ -308,12 +310,50 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         body = await send("ses_l")
     assert where == ["worker", "loop", "worker", "loop", "worker", "loop", "worker", "loop"]
     assert [r.body for r in upstream.requests][-1] == body  # the spy changed nothing
-    where.clear()  # a long conversation: walking it takes too long for the loop
-    messages[0]["content"] = "s" * 300_000
+    where.clear()  # a long conversation: comparing and writing its bytes take too long
+    messages[0]["content"] = "s" * LIGHT_BODY_BYTES
     for added in ([], step("small")):
         messages.extend(added)
         await send("ses_big")
     assert where == ["worker", "worker"]
+
+
+def test_the_step_that_sends_its_turn_s_first_message_again_changed_is_not_light() -> None:
+    """With Anthropic's moving cache marks, the step after a new user turn sends the turn's
+    first message again changed, and its turn's messages are compressed whole once more: not
+    on the event loop. The steps before and after it are light."""
+    from proxy.pipeline import rewrite_light_step
+
+    headers, bodies = {"x-session-id": "ses_marks"}, BodyCache()
+    addons = [Hook(lambda conversation, flow: False)]
+    messages: list[dict[str, Any]] = []
+
+    def send(*added: dict[str, Any]) -> bool:
+        """Whether the request with ``added`` is a light step (then rewritten as a whole)."""
+        messages.extend(added)
+        body = with_cache_marks({"model": "m", "max_tokens": 9, "messages": messages}, "messages")
+        raw = orjson.dumps(body)
+        args = (raw, Dialect.ANTHROPIC, headers, addons, None, None, bodies)
+        light = rewrite_light_step(*args) is not None
+        if not light:
+            rewrite_request(*args)
+        return light
+
+    def step(n: int) -> list[dict[str, Any]]:
+        use = {"type": "tool_use", "id": f"t{n}", "name": "bash", "input": {"command": "ls"}}
+        result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": "a.py"}
+        return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+    def said(role: str, text: str) -> dict[str, Any]:
+        return {"role": role, "content": [{"type": "text", "text": text}]}
+
+    assert not send(said("user", "task"))  # nothing kept yet
+    assert not send(*step(1))  # the turn's first message comes again changed
+    assert send(*step(2))
+    assert not send(said("assistant", "done"), said("user", "next task"))  # a new turn
+    assert not send(*step(3))  # its first message comes again changed
+    assert send(*step(4))
+    assert send(*step(5))
 
 
 def _remembered(dialect: Dialect, body: dict[str, Any]) -> tuple[BodyCache, tuple[str, str]]:

@@ -333,16 +333,18 @@ def sent_forms(sent: Sent) -> dict[int, bytes]:
 
 
 def _unmarked(message: Any) -> Any:
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
+    if not isinstance(message, dict):
         return message
-    blocks = [
-        {k: v for k, v in block.items() if k != "cache_control"}
-        if isinstance(block, dict)
-        else block
-        for block in content
-    ]
-    return {**message, "content": blocks}
+    message = {k: v for k, v in message.items() if k != "cache_control"}
+    content = message.get("content")
+    if isinstance(content, list):
+        message["content"] = [
+            {k: v for k, v in block.items() if k != "cache_control"}
+            if isinstance(block, dict)
+            else block
+            for block in content
+        ]
+    return message
 
 
 # --- minimal sessions that showed bugs these properties found; replayed on every run --------

@@ -36,6 +36,7 @@ from tests.strategies import (
     renderings,
     sessions,
     settings_strategy,
+    with_cache_marks,
 )
 from tests.test_properties import PROPERTY, agent_session, colds, step
 
@@ -99,26 +100,11 @@ def requests_of(rendered: Rendered) -> list[JsonObject]:
 
 
 def with_moving_cache_marks(requests: list[JsonObject], dialect: Dialect) -> list[JsonObject]:
-    """The requests as OpenCode sends Anthropic ones: a cache mark on the last block of each of
-    the last two messages (on the message itself where its content is not a list of blocks),
-    so the two last messages of each request come again without it in the next."""
+    """The requests as OpenCode sends Anthropic ones (``with_cache_marks``), in any format."""
     key = FORMATS[dialect].messages_key
-    marked = []
-    for request in requests:
-        request = copy.deepcopy(request)
-        messages = request[key]
-        for index in range(max(0, len(messages) - 2), len(messages)):
-            message = messages[index] = dict(messages[index])
-            content = message.get("content")
-            if isinstance(content, list) and content and isinstance(content[-1], dict):
-                message["content"] = [*content[:-1], {**content[-1], "cache_control": EPHEMERAL}]
-            else:
-                message["cache_control"] = EPHEMERAL
-        marked.append(request)
-    return marked
+    return [with_cache_marks(copy.deepcopy(request), key) for request in requests]
 
 
-EPHEMERAL = {"type": "ephemeral"}
 RESUMED: list[CompressionResult] = []  # what ``_resume`` returned, in this test
 
 
