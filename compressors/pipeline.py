@@ -1056,29 +1056,42 @@ def _kept_in_full(candidate: _Candidate, memo: SessionMemo) -> bool:
     )
 
 
+@dataclass(slots=True)
+class Ahead:
+    """What ``precompute`` made: compressions by ``compression_key``, and the originals their
+    markers name by CCR key (a store may keep them durably before any marker names them)."""
+
+    compressions: list[tuple[CompressionKey, Precomputed]] = field(default_factory=list)
+    originals: dict[str, str] = field(default_factory=dict)
+
+
 def precompute(
     result: CompressionResult,
     level: int,
     settings: CompressionSettings,
     known: Container[CompressionKey] = (),
-) -> list[tuple[CompressionKey, Precomputed]]:
+) -> Ahead:
     """The compressions a later request will most likely make of the outputs ``result``'s
     request sent in full (``kept_in_full``): at ``level`` (the session's), in history order up
     to the work cap, as ``compress`` makes them; those ``known`` are skipped."""
-    found: list[tuple[CompressionKey, Precomputed]] = []
+    ahead = Ahead()
     work = 0
     for candidate in result.kept_in_full:
         if work >= settings.max_work_chars:
             break
-        work += len(candidate.output.text)
+        text = candidate.output.text
+        work += len(text)
         key = compression_key(candidate, level, settings)
         if key in known:
             continue
         scratch = CompressionResult()
         decision = _compress_one(candidate, False, level, settings, scratch)
         counter = next(iter(scratch.counters), None)
-        found.append((key, Precomputed(decision.level, decision.text, decision.final, counter)))
-    return found
+        found = Precomputed(decision.level, decision.text, decision.final, counter)
+        ahead.compressions.append((key, found))
+        if decision.text is not None:
+            ahead.originals[ccr_key(text)] = text
+    return ahead
 
 
 def _original_key(memo: SessionMemo, fp: str, original: str) -> str:

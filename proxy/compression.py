@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -33,6 +34,8 @@ from proxy.options import (
     parse_positive_float,
 )
 from proxy.sessions import RequestKind, Tally
+
+log = logging.getLogger("deepmem.compression")
 
 if TYPE_CHECKING:
     from proxy.config import Settings
@@ -244,8 +247,18 @@ class CompressionStage:
         except StateUnavailable as exc:
             if self.health is not None:
                 self.health.report(STATE_WRITES, str(exc))
-            raise
+            log.warning("decisions not written yet, they wait for the next flush: %s", exc)
 
     def compress_ahead(self, result: CompressionResult, level: int) -> None:
-        """Deferred work: compress what a request sent in full, at the level it will get."""
-        self.ahead.put_many(precompute(result, level, self.settings, self.ahead))
+        """Deferred work: compress what a request sent in full, at the level it will get, and
+        store the originals those compressions leave out, so that the request that sends
+        them commits nothing for them before it goes upstream (a failure leaves that to it)."""
+        ahead = precompute(result, level, self.settings, self.ahead)
+        self.ahead.put_many(ahead.compressions)
+        if ahead.originals:
+            try:
+                self.originals.put_many(ahead.originals)
+            except StateUnavailable as exc:
+                if self.health is not None:
+                    self.health.report(STATE_WRITES, str(exc))
+                log.warning("originals not kept ahead, the request that sends them will: %s", exc)

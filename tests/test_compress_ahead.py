@@ -18,6 +18,7 @@ from hypothesis import given
 
 import compressors.pipeline as pipeline
 import compressors.registry as registry
+from compressors.markers import ccr_key
 from compressors.outputs import Budget, Compressed, CompressFn, ToolOutput
 from compressors.pipeline import (
     CompressionSettings,
@@ -129,7 +130,7 @@ def replay(
         )
         if ahead is not None:
             before = calls.count
-            ahead.put_many(precompute(result, memo.level, settings, ahead))
+            ahead.put_many(precompute(result, memo.level, settings, ahead).compressions)
             sent[-1].ahead_calls = calls.count - before
     return sent
 
@@ -231,7 +232,7 @@ def test_a_compression_made_for_another_level_or_focus_is_not_used(calls: Calls)
         compression_key(kept, 1, replace(settings, level_ratios=(0.3, 0.12, 0.08))),
     ]
     assert len({key, *others}) == 4
-    [(found_key, found)] = precompute(result, 1, settings)
+    [(found_key, found)] = precompute(result, 1, settings).compressions
     assert found_key == key and found.text is not None and found.counter == "compressed:file_read"
 
 
@@ -329,8 +330,26 @@ async def test_the_proxy_compresses_ahead_after_the_answer_and_uses_it_next(
             break
         await asyncio.sleep(0.01)
     assert len(stage.ahead) == 1 and stage.ahead.hits == 0
+    # Its original is kept durably before any marker names it: the step that sends the
+    # compression commits nothing for it on its way upstream.
+    read = first["messages"][3]["content"]
+    for _ in range(200):
+        if stage.originals.get(ccr_key(read)) is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert stage.originals.get(ccr_key(read)) == read.encode()
+    written: list[int] = []
+    real_put = stage.originals.put_many
+
+    def put_many(originals: Any) -> int:
+        written.append(real_put(originals))
+        return written[-1]
+
+    stage.originals.put_many = put_many  # type: ignore[method-assign]
     await post(second)
     assert stage.ahead.hits == 1 and stage.ahead.misses == 0
     sent = orjson.loads(upstream.requests[-1].body)["messages"]
     assert sent[3]["content"].startswith("[deep-memory: ")  # the first read, compressed
+    assert ccr_key(read) in sent[3]["content"]
     assert sent[5]["content"] == second["messages"][5]["content"]  # the latest, in full
+    assert written and not any(written[:1])  # the request's put: every original known

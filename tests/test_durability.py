@@ -131,22 +131,38 @@ async def test_every_marker_that_went_upstream_expands_after_write_faults_and_a_
         steps += 1
     assert sent_keys(upstream), "the session is compressed before the faults"
 
+    async def kept_ahead(steps: int) -> None:
+        """Wait for the work done once the answer to ``request_body(steps)`` was out: the
+        original of its latest output kept."""
+        latest = ccr_key(session_messages(steps)[-1]["content"])
+        for _ in range(3000):  # a bound for a busy machine, not a speed requirement
+            if proxy.state.stores.originals.get(latest) is not None:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the latest output's original was not kept ahead")
+
     for why, fault in faults:
-        body = request_body(steps)  # one more step: an output newly compressible
+        await kept_ahead(steps - 1)
         async with fault():  # type: ignore[attr-defined]
+            # The last step's output was kept once its answer was out, before the fault: the
+            # next step, which compresses it, has nothing to write. Its own output cannot be
+            # kept now, and the step after it, which compresses that one, fails open.
+            await post(client, proxy, request_body(steps))
+            assert marker_keys(orjson.loads(upstream.requests[-1].body)["messages"][-3]["content"])
+            body = request_body(steps + 1)
             for _ in range(2):  # the client resends
                 await post(client, proxy, body)
                 assert upstream.requests[-1].body == body  # relayed unchanged: fail open
             status, report = await health(client, proxy)
             assert status == 503 and why in report["problems"]["state_db_writes"]
         await post(client, proxy, body)  # the same request once the database works again
-        newly_compressed = session_messages(steps)[-3]["content"]
+        newly_compressed = session_messages(steps + 1)[-3]["content"]
         sent = orjson.loads(upstream.requests[-1].body)["messages"][-3]["content"]
         assert marker_keys(sent) == [ccr_key(newly_compressed)]
         status, report = await health(client, proxy)
         assert status == 200, report
-        await post(client, proxy, request_body(steps + 1))
-        steps += 2
+        await post(client, proxy, request_body(steps + 2))
+        steps += 3
     assert proxy.state.sessions.get(SESSION).tally.fail_opens == 2 * len(faults)
     assert not [r for r in caplog.records if r.exc_info], "a known failure logs no traceback"
 

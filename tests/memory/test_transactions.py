@@ -14,7 +14,7 @@ from compressors.view import Dialect
 from memory.ccr import OriginalStore
 from memory.db import DB_NAME, after_commit, open_database, write_transaction
 from memory.memo import MemoStore
-from memory.state import StateConflict, StateUnavailable
+from memory.state import StateConflict
 from proxy.addons import build_addons
 from proxy.config import load_settings
 from proxy.pipeline import Outcome, rewrite_request
@@ -244,9 +244,9 @@ def test_decisions_a_flush_could_not_write_are_in_health_and_wait_for_the_next(
     memos.save_later("s", memos.load("s"), {"a": Decision(0, None)})
     locker = sqlite3.connect(path, timeout=0.05, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
-    with pytest.raises(StateUnavailable):
-        stage.flush_decisions()
+    stage.flush_decisions()  # a known failure: reported, and logged without a traceback
     assert STATE_WRITES in health.problems()
+    assert _saved_decisions(path, "s") == {}
     locker.execute("ROLLBACK")
     stage.flush_decisions()
     assert _saved_decisions(path, "s") == {"a": None}
