@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from cachetools import TTLCache
 
@@ -19,6 +19,7 @@ from memory.db import after_commit, exclusive, state_errors, write_transaction
 from memory.state import StateUnavailable
 
 CACHE_BYTES = 16 * 1024 * 1024  # originals held in process, by size
+STORED_KEYS = 200_000  # original keys known to be stored, per process
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ccr_original (
@@ -29,6 +30,34 @@ CREATE TABLE IF NOT EXISTS ccr_original (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ccr_original_last_used ON ccr_original (last_used);
 """
+
+
+class StoredKeys:
+    """Keys of originals known to be stored, each until its refresh is due (``seconds`` after
+    it was written): a store writes only the others. Every request hands over every original
+    its markers name (which keeps them alive), so this is a dict lookup per original, on the
+    request path. At most ``max_keys`` are held; past that the expired go, then all (each is
+    written once more: a refresh). The caller serialises access."""
+
+    def __init__(self, seconds: float, max_keys: int = STORED_KEYS) -> None:
+        self.seconds, self.max_keys = seconds, max_keys
+        self._due: dict[str, float] = {}
+
+    def unknown(self, originals: Mapping[str, str], now: float) -> list[tuple[str, str]]:
+        """The originals to write: those whose keys are not known to be stored by ``now``."""
+        due = self._due.get
+        return [(key, text) for key, text in originals.items() if due(key, 0.0) <= now]
+
+    def add(self, keys: Iterable[str], now: float) -> None:
+        """``keys`` were committed at ``now``."""
+        until = now + self.seconds
+        stored = self._due
+        for key in keys:
+            stored[key] = until
+        if len(stored) > self.max_keys:
+            self._due = {key: due for key, due in stored.items() if due > now}
+            if len(self._due) > self.max_keys:
+                self._due = {}
 
 
 class OriginalStore:
@@ -45,6 +74,7 @@ class OriginalStore:
         # A cached key must still be in the database: the cache never outlives the retention.
         ttl = min(cache_seconds, self.retention_seconds / 2)
         self._cache: TTLCache[str, bytes] = TTLCache(maxsize=cache_bytes, ttl=ttl, getsizeof=len)
+        self._stored = StoredKeys(ttl)
         with state_errors("cannot create the originals table"):
             db.executescript(SCHEMA)
 
@@ -56,11 +86,8 @@ class OriginalStore:
         """
         now = time.time()
         with exclusive(self.db):
-            rows = [
-                (key, utf8(text), now, now)
-                for key, text in originals.items()
-                if key not in self._cache
-            ]
+            unknown = self._stored.unknown(originals, now)
+            rows = [(key, utf8(text), now, now) for key, text in unknown]
             if not rows:
                 return 0
             with state_errors("cannot write the state database"), write_transaction(self.db):
@@ -74,8 +101,9 @@ class OriginalStore:
         return len(rows)
 
     def _remember(self, rows: list[tuple[str, bytes, float, float]]) -> None:
-        """Cache committed originals (a cached one is taken for stored: never before)."""
+        """Know committed originals as stored (never before), and cache them for ``get``."""
         with exclusive(self.db):
+            self._stored.add([key for key, _, _, _ in rows], rows[0][2])
             for key, content, _, _ in rows:
                 if len(content) <= self._cache.maxsize:
                     self._cache[key] = content

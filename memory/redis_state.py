@@ -75,6 +75,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from compressors.markers import normalize_key, utf8
 from compressors.pipeline import Decision, SessionMemo
 from compressors.view import Dialect
+from memory.ccr import STORED_KEYS, StoredKeys
 from memory.injection_memo import LIVE_BYTES as INJECTION_LIVE_BYTES
 from memory.injection_memo import SYSTEM_ANCHOR, Injected, SessionInjections
 from memory.live import LiveCopies
@@ -87,7 +88,7 @@ log = logging.getLogger("deepmem.state")
 
 DEFAULT_PREFIX = "deepmem:"
 QUIET_SECONDS = 2.0  # after Redis could not be reached, calls fail at once for this long
-CACHE_KEYS = 200_000  # original keys known to be stored, per process
+CACHE_KEYS = STORED_KEYS  # original keys known to be stored, per process
 # A write of originals may take this much longer than one answer, per byte (a slow link still
 # moves this much per second; each socket operation keeps its own short timeout).
 SLOWEST_BYTES_PER_SECOND = 4 * 1024 * 1024
@@ -325,7 +326,7 @@ class RedisOriginals:
         self.retention_seconds = retention_days * 86400.0
         self._ttl = _seconds(retention_days)
         ttl = min(cache_seconds, self.retention_seconds / 2)
-        self._stored: TTLCache[str, bool] = TTLCache(maxsize=cache_keys, ttl=ttl)
+        self._stored = StoredKeys(ttl, cache_keys)
         self._lock = threading.Lock()
 
     def _key(self, key: str) -> bytes:
@@ -334,8 +335,9 @@ class RedisOriginals:
     def put_many(self, originals: Mapping[str, str]) -> int:
         """Store (or refresh the TTL of) every original not known to be stored, in one
         MULTI/EXEC: all or none. Raises ``StateUnavailable`` when Redis refuses or fails."""
+        now = time.time()
         with self._lock:
-            rows = [(key, utf8(text)) for key, text in originals.items() if key not in self._stored]
+            rows = [(key, utf8(text)) for key, text in self._stored.unknown(originals, now)]
         if not rows:
             return 0
 
@@ -351,8 +353,7 @@ class RedisOriginals:
             f"cannot store {len(rows)} originals", write, size / SLOWEST_BYTES_PER_SECOND
         )
         with self._lock:  # only once committed
-            for key, _ in rows:
-                self._stored[key] = True
+            self._stored.add([key for key, _ in rows], now)
         return len(rows)
 
     def get(self, raw_key: str) -> bytes | None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from unittest import mock
 
 import pytest
 
 from compressors.markers import ccr_key, gap_line, marker, marker_keys, normalize_key
 from compressors.outputs import Budget, ToolOutput
 from compressors.registry import compress_output
-from memory.ccr import OriginalStore
+from memory.ccr import OriginalStore, StoredKeys
 from memory.db import DB_NAME, open_database
 from memory.state import StateUnavailable
 from tests.conftest import CAPTURES
@@ -183,6 +185,35 @@ def test_originals_are_written_in_one_transaction(tmp_path):
         store.put_many({ccr_key(small): small, ccr_key(large): large})
     assert OriginalStore(open_database(path)).get(ccr_key(small)) is None
     assert store.get(ccr_key(small)) is None
+
+
+def test_an_original_known_stored_is_written_again_only_when_its_refresh_is_due(tmp_path):
+    """Every request hands over every original its markers name; each is written once per
+    cache period (which refreshes its retention), and otherwise costs a lookup."""
+    store = OriginalStore(open_database(tmp_path / DB_NAME), cache_seconds=600)
+    key = ccr_key(ORIGINAL)
+    assert store.put_many({key: ORIGINAL}) == 1
+    assert store.put_many({key: ORIGINAL, ccr_key("another"): "another"}) == 1
+    assert store.put_many({key: ORIGINAL}) == 0
+    store.db.execute("UPDATE ccr_original SET last_used = 0")
+    later = time.time() + 601
+    with mock.patch("memory.ccr.time.time", return_value=later):
+        assert store.put_many({key: ORIGINAL}) == 1  # due: written again, its use refreshed
+    (last_used,) = store.db.execute(
+        "SELECT last_used FROM ccr_original WHERE key = ?", (key,)
+    ).fetchone()
+    assert last_used == later
+
+
+def test_the_stored_keys_are_bounded():
+    keys = StoredKeys(seconds=10, max_keys=3)
+    keys.add(["a", "b"], now=0)
+    keys.add(["c"], now=5)
+    assert keys.unknown({"a": "", "c": "", "d": ""}, now=6) == [("d", "")]
+    keys.add(["d"], now=11)  # four: the two expired go
+    assert keys.unknown({"a": "", "b": "", "c": "", "d": ""}, now=11) == [("a", ""), ("b", "")]
+    keys.add(["e", "f", "g"], now=12)  # five unexpired: all go, each is written once more
+    assert len(keys.unknown(dict.fromkeys("cdefg", ""), now=12)) == 5
 
 
 # --- line ranges address the line numbers the model sees (issue 10, item 19) -------------------
