@@ -124,6 +124,9 @@ class Run:
     session_s: list[float] = field(default_factory=list)  # how long each session took
     wall_s: float = 0.0
     deepmem: dict[str, int] = field(default_factory=dict)  # what deepmem did, from its /stats
+    # What deepmem's memory search ranks by (its /health): the embedding model, when installed
+    # in its environment, is much of its time under load, so runs are compared only alike.
+    memory_search: str = ""
 
     @property
     def mean_sessions_active(self) -> float:
@@ -264,6 +267,7 @@ async def run(setup: Setup) -> Run:
                 )
                 result.wall_s = time.perf_counter() - started
                 result.deepmem = await deepmem_totals(client, origins["deepmem"])
+                result.memory_search = await memory_search(client, origins["deepmem"])
     return result
 
 
@@ -278,6 +282,12 @@ async def deepmem_totals(client: aiohttp.ClientSession, origin: str) -> dict[str
         "answers_read": totals["usage_seen"]["responses"],
         "tokens_removed": totals["compression"]["tokens_removed"],
     }
+
+
+async def memory_search(client: aiohttp.ClientSession, origin: str) -> str:
+    """What deepmem's memory search ranks by (``bm25``, or ``bm25+`` the embedding model)."""
+    async with client.get(origin + "/health") as response:
+        return str((await response.json())["memory_search"])
 
 
 # ---------------------------------------------------------------- figures
@@ -378,6 +388,7 @@ def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
     print(
         "deepmem (warm-up included): "
         + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in meta["deepmem"].items())
+        + f"; memory search {meta['memory_search']}"
     )
     print(
         "times in ms; overhead = proxy p - direct p at the same percentile; "
@@ -523,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_s": round(result.wall_s, 3),
         "mean_sessions_active": round(result.mean_sessions_active, 1),
         "deepmem": result.deepmem,
+        "memory_search": result.memory_search,
         "requests_per_s": round(requests / result.wall_s, 2) if result.wall_s else 0.0,
         "http_requests_per_s": (
             round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0

@@ -74,6 +74,8 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     deepmem = meta["deepmem"]
     assert deepmem["requests"] == deepmem["answers_read"] > 9
     assert deepmem["errors"] == deepmem["fail_opens"] == 0 and deepmem["tokens_removed"] > 0
+    # the embedding model is in the test environment (the [test] extra), so deepmem used it
+    assert meta["memory_search"].startswith("bm25+"), meta["memory_search"]
     # sessions 0 and 2 replay the big transcript, session 1 the small one
     assert {name: b["requests"] for name, b in buckets.items()} == {
         "all": 9,
@@ -128,6 +130,7 @@ def test_the_table_in_other_dialects(tmp_path: Path, dialect: str) -> None:
     assert "6 requests to each of direct, control and deepmem" in lines[1]
     assert "failed: none" in lines[1]
     assert "errors 0, fail opens 0" in lines[2] and "tokens removed 0" not in lines[2]
+    assert "; memory search bm25" in lines[2]
     assert any(line.startswith("first of a session") for line in lines)
     assert "first byte" not in done.stdout  # only streamed answers have one
 
