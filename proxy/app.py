@@ -390,8 +390,14 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     """Whether the request may be a light step (``proxy.pipeline.rewrite_light_step``): its
     session's previous body, repeated, and few new bytes. Light steps are rewritten on the
     event loop, saving the hand-over to a worker thread, when the state is in this process
-    (a shared state server is not called from the event loop)."""
-    if session_key is None or state.settings.state_url is not None:
+    (a shared state server is not called from the event loop) and the work the session's
+    last request deferred has finished: a step whose compressions were not made ahead (the
+    workers were busy) would make them itself, on the loop every session's relay runs on."""
+    if (
+        session_key is None
+        or state.settings.state_url is not None
+        or state.rewrites.deferring(session_key.strip())
+    ):
         return False
     return may_be_light_step(state.bodies, (session_key.strip(), dialect.value), dialect, raw)
 

@@ -386,6 +386,14 @@ class RewriteRunner:
             if not pending:
                 del self._deferred[key]
 
+    def deferring(self, session_key: str | None) -> bool:
+        """Whether work the session's last request deferred (``run_after``) has not all
+        finished: what it makes ahead (compressions, their originals) may not be there yet
+        for the session's next request, which may then have to make it itself."""
+        if session_key is None:
+            return False
+        return any(not future.done() for future in self._deferred.get(session_key, ()))
+
     @property
     def sessions_waiting(self) -> int:
         """Sessions with a rewrite running or queued (the per-session locks alive)."""

@@ -318,6 +318,78 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
     assert where == ["worker", "worker"]
 
 
+async def test_a_step_whose_session_still_has_deferred_work_goes_to_a_worker(
+    start_proxy, upstream, client
+) -> None:
+    """What a request defers (compressions made ahead, their originals) may not be done when
+    the session's next step comes (the workers were busy): that step would make them itself,
+    so it is rewritten on a worker, not on the event loop every session's relay runs on."""
+    import asyncio
+    import threading
+
+    from proxy.app import STATE
+
+    where: list[str] = []
+    release = threading.Event()
+    held: list[threading.Event] = []
+
+    def spy(conversation, flow) -> bool:
+        where.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
+        if len(where) == 2:  # the second request leaves work that takes a while
+            started = threading.Event()
+            held.append(started)
+
+            def slow_work_ahead() -> None:
+                started.set()
+                release.wait(10)
+
+            flow.defer(slow_work_ahead)
+        return False
+
+    proxy = await start_proxy([Hook(spy)], upstream=[f"{upstream.url}/v1"])
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "first"},
+    ]
+
+    async def send_step() -> None:
+        call = f"call_{len(messages)}"
+        messages.extend(
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call,
+                            "type": "function",
+                            "function": {"name": "b", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": call, "content": "small"},
+            ]
+        )
+        body = orjson.dumps({"model": "m", "messages": messages})
+        async with client.post(
+            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_d"}
+        ) as response:
+            assert response.status == 200
+            await response.read()
+
+    await send_step()  # nothing kept yet: a worker
+    await send_step()  # light: the loop; defers the slow work
+    assert await asyncio.to_thread(held[0].wait, 10)
+    await send_step()  # light, but the work ahead of it is still running: a worker
+    release.set()
+    for _ in range(500):  # the deferred work is done once the loop has heard of it
+        if not proxy.app[STATE].rewrites.deferring("ses_d"):
+            break
+        await asyncio.sleep(0.01)
+    await send_step()  # nothing deferred left running: the loop
+    assert where == ["worker", "loop", "worker", "loop"]
+
+
 def test_the_step_that_sends_its_turn_s_first_message_again_changed_is_not_light() -> None:
     """With Anthropic's moving cache marks, the step after a new user turn sends the turn's
     first message again changed, and its turn's messages are compressed whole once more: not
