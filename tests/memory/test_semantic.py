@@ -171,6 +171,18 @@ def test_a_model_that_cannot_load_is_a_clear_error(monkeypatch: pytest.MonkeyPat
         Model().embed(["text"])
 
 
+def test_the_model_runs_its_matrix_products_on_one_blas_thread() -> None:
+    """OpenBLAS starts a thread per core that spins between calls; for one message's small
+    products that is CPU taken from the proxy's own threads (40 % of it under load)."""
+    from threadpoolctl import threadpool_info
+
+    vectors = Model().embed(["the first embedding loads the model"])
+    assert vectors.shape == (1, semantic.DIMENSIONS)
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas, "numpy's BLAS library is loaded by the model"
+    assert all(pool["num_threads"] == 1 for pool in blas), blas
+
+
 def test_a_model_that_fails_leaves_bm25_working(tmp_path: Path) -> None:
     class Broken(Model):
         def embed(self, texts: Sequence[str]) -> Any:
