@@ -25,7 +25,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -56,6 +58,9 @@ MEMORY_CACHE = 50_000  # vectors kept in memory (2 KB each)
 # are found by words alone until then. The first index (start-up) embeds everything.
 INLINE_ENTRIES = 2
 BATCH = 1
+# OpenBLAS's idle threads wait 2^4 cycles, its least, before they sleep (``_quiet_blas_threads``).
+BLAS_TIMEOUT_VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
+BLAS_THREAD_TIMEOUT = "4"
 
 
 class SemanticUnavailable(RuntimeError):
@@ -86,24 +91,25 @@ MODEL_INSTANCE = Model()
 
 
 def _load() -> Any:
+    _quiet_blas_threads()
     try:
         module = importlib.import_module(MODULE)
-        model = module.USE(threads=1)
+        return module.USE(threads=1)
     except Exception as exc:  # an optional extra: any failure means "not available"
         raise SemanticUnavailable(f"cannot load {PACKAGE}: {exc}") from exc
-    _one_blas_thread()
-    return model
 
 
-def _one_blas_thread() -> None:
-    """Let numpy's BLAS library use one thread, in the whole process (deepmem has no other use
-    for it). Its matrix products are small here (one message), and OpenBLAS starts a thread per
-    core that spins between calls: under 50 sessions at once they took 40 % of the proxy's CPU
-    (31 against 17-19 CPU-seconds for the same run) from the workers, the event loop and
-    whatever else runs on the machine, for an embedding about 1.5 ms faster on an idle one."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=1, user_api="blas")
+def _quiet_blas_threads() -> None:
+    """Let numpy's OpenBLAS threads sleep soon after each call instead of spinning (they spin
+    for about 2^28 cycles by default: a tenth of a second after every embedding, on every
+    core). Under 50 sessions at once that spinning was 40 % of the proxy's CPU (28-33 against
+    16-18 CPU-seconds for the same run), taken from the workers, the event loop and whatever
+    else runs on the machine; spinning makes an embedding only about 1 ms faster on an idle one
+    (500 characters: 5.3 against 6.4 ms; with one thread, 8.1). OpenBLAS reads
+    the setting when it loads, so only before numpy is imported (the model imports it; the
+    proxy has no other use for it), and a value the user set is kept."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault(BLAS_TIMEOUT_VARIABLE, BLAS_THREAD_TIMEOUT)
 
 
 class VectorCache:

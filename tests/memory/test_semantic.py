@@ -171,16 +171,32 @@ def test_a_model_that_cannot_load_is_a_clear_error(monkeypatch: pytest.MonkeyPat
         Model().embed(["text"])
 
 
-def test_the_model_runs_its_matrix_products_on_one_blas_thread() -> None:
-    """OpenBLAS starts a thread per core that spins between calls; for one message's small
-    products that is CPU taken from the proxy's own threads (40 % of it under load)."""
-    from threadpoolctl import threadpool_info
+@pytest.mark.parametrize(("given", "expected"), [(None, "4"), ("12", "12")])
+def test_the_blas_threads_are_told_to_sleep_soon_before_numpy_loads(
+    given: str | None, expected: str
+) -> None:
+    """OpenBLAS's threads spin for a tenth of a second after each call unless told otherwise
+    before it loads; a user's own setting is kept. In a fresh interpreter, as the proxy is."""
+    import subprocess
+    import sys
 
-    vectors = Model().embed(["the first embedding loads the model"])
-    assert vectors.shape == (1, semantic.DIMENSIONS)
-    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
-    assert blas, "numpy's BLAS library is loaded by the model"
-    assert all(pool["num_threads"] == 1 for pool in blas), blas
+    script = (
+        "import os, sys\n"
+        "from memory.semantic import MODEL_INSTANCE\n"
+        "assert 'numpy' not in sys.modules\n"
+        "MODEL_INSTANCE.embed(['the first embedding loads the model'])\n"
+        "assert 'numpy' in sys.modules\n"
+        "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if given is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = given
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
 
 
 def test_a_model_that_fails_leaves_bm25_working(tmp_path: Path) -> None:
