@@ -53,11 +53,11 @@ from proxy.rewrites import RewriteLog, RewriteRecord, build_record, rewrite_hand
 from proxy.security import Access, guard, host_allowed
 from proxy.sessions import (
     PARENT_SESSION_HEADER,
-    SESSION_HEADER,
     Book,
     ChatFigures,
     SessionRegistry,
     Tally,
+    given_session_id,
     session_title,
 )
 from proxy.stores import STATE_DB, STATE_SERVER, Stores, open_durable_stores
@@ -396,10 +396,10 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     if (
         session_key is None
         or state.settings.state_url is not None
-        or state.rewrites.deferring(session_key.strip())
+        or state.rewrites.deferring(session_key)
     ):
         return False
-    return may_be_light_step(state.bodies, (session_key.strip(), dialect.value), dialect, raw)
+    return may_be_light_step(state.bodies, (session_key, dialect.value), dialect, raw)
 
 
 # A request whose answer takes longer is counted meanwhile (its answer when relayed), so
@@ -456,7 +456,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
 
 def _relayed(state: ProxyState, request: web.Request, book: Book) -> _Outbound:
     """A call that is not a chat request: its body streams upstream untouched."""
-    session_id = request.headers.get(SESSION_HEADER) or None
+    session_id = given_session_id(request.headers)
     size = request.content_length or 0
     book.session_id = session_id
     if session_id:
@@ -495,7 +495,9 @@ async def _rewritten(
     metrics.inc("deepmem_bytes_in_total", len(wire))
     if settings.log_bodies:
         log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
-    session_key = request.headers.get(SESSION_HEADER) or None
+    # The key its session's turn, deferred work and kept body are found under, as the rewrite
+    # names the session (``session_id_for``), so the answer's deferred work is filed alike.
+    session_key = given_session_id(request.headers)
     result = None
     if _may_be_light(state, session_key, dialect, raw):
         result = await state.rewrites.run_here(

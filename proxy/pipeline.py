@@ -28,7 +28,7 @@ from memory.state import StateConflict, StateUnavailable
 from proxy.bodies import BodyCache, Parsed, write
 from proxy.flow import Addon, Flow
 from proxy.opt_out import OptOut
-from proxy.sessions import SESSION_HEADER, RequestKind, classify, session_id_for
+from proxy.sessions import RequestKind, classify, given_session_id, session_id_for
 from proxy.workers import Priority, Workers
 
 log = logging.getLogger("deepmem.pipeline")
@@ -176,8 +176,8 @@ def _rewrite(
     light_only: bool,
 ) -> Rewrite | None:
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
-    given = headers.get(SESSION_HEADER, "").strip()
-    key = (given, dialect.value) if bodies is not None and given else None
+    given = given_session_id(headers)
+    key = (given, dialect.value) if bodies is not None and given is not None else None
     wire = FORMATS[dialect]
     try:
         parsed = Parsed(*jsontext.loads(raw)) if bodies is None else bodies.parse(key, wire, raw)

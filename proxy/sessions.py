@@ -37,11 +37,18 @@ class RequestKind(StrEnum):
     OTHER = "other"
 
 
+def given_session_id(headers: Any) -> str | None:
+    """The session a request names itself (OpenCode's ``x-session-id``), as every per-session
+    table keys it: stripped and bounded. None when it names none."""
+    given = headers.get(SESSION_HEADER, "").strip()
+    return given[:MAX_SESSION_ID_LENGTH] or None
+
+
 def session_id_for(headers: Any, conversation: Conversation | None) -> str:
     """OpenCode's ``x-session-id``, else a stable fingerprint of how the conversation began."""
-    given = headers.get(SESSION_HEADER, "").strip()
-    if given:
-        return given[:MAX_SESSION_ID_LENGTH]
+    given = given_session_id(headers)
+    if given is not None:
+        return given
     if conversation is None:
         return "unknown"
     users = conversation.user_message_texts()

@@ -318,16 +318,20 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
     assert where == ["worker", "worker"]
 
 
+@pytest.mark.parametrize("session", ["ses_d", "s" * 250])
 async def test_a_step_whose_session_still_has_deferred_work_goes_to_a_worker(
-    start_proxy, upstream, client
+    start_proxy, upstream, client, session: str
 ) -> None:
     """What a request defers (compressions made ahead, their originals) may not be done when
     the session's next step comes (the workers were busy): that step would make them itself,
-    so it is rewritten on a worker, not on the event loop every session's relay runs on."""
+    so it is rewritten on a worker, not on the event loop every session's relay runs on. The
+    deferred work is found under the name the rewrite gives the session, an id over
+    ``MAX_SESSION_ID_LENGTH`` cut to it as well."""
     import asyncio
     import threading
 
     from proxy.app import STATE
+    from proxy.sessions import MAX_SESSION_ID_LENGTH
 
     where: list[str] = []
     release = threading.Event()
@@ -372,7 +376,7 @@ async def test_a_step_whose_session_still_has_deferred_work_goes_to_a_worker(
         )
         body = orjson.dumps({"model": "m", "messages": messages})
         async with client.post(
-            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": "ses_d"}
+            proxy.url + "/v1/chat/completions", data=body, headers={"x-session-id": session}
         ) as response:
             assert response.status == 200
             await response.read()
@@ -383,7 +387,7 @@ async def test_a_step_whose_session_still_has_deferred_work_goes_to_a_worker(
     await send_step()  # light, but the work ahead of it is still running: a worker
     release.set()
     for _ in range(500):  # the deferred work is done once the loop has heard of it
-        if not proxy.app[STATE].rewrites.deferring("ses_d"):
+        if not proxy.app[STATE].rewrites.deferring(session[:MAX_SESSION_ID_LENGTH]):
             break
         await asyncio.sleep(0.01)
     await send_step()  # nothing deferred left running: the loop
