@@ -11,6 +11,10 @@ The digest of a request is the key scheme's hash of the exact bytes forwarded up
 ``--compare`` replays again and lists every request whose digest differs from the recorded one
 (exit status 1 when any does).
 
+``--whole`` parses every request whole (no body cache: the full path of the compression stage,
+without what a session's earlier requests left for its next one); the digests of a run with
+and without it must be identical.
+
 ``--memory`` adds project memory to the request path, as the proxy runs it: each transcript
 gets a fresh project whose ``MEMORY.md`` holds a few entries (English and Chinese) and whose
 memory has an earlier session's checkpoint, and the request offers a ``memory_store`` tool,
@@ -92,7 +96,7 @@ def memory_project(root: Path) -> Path:
 
 
 def transcript_digests(
-    path: Path, dialect: str, settings: Settings, memory: bool = False
+    path: Path, dialect: str, settings: Settings, memory: bool = False, whole: bool = False
 ) -> list[str]:
     data = load_transcript(path)
     messages = data["messages"]
@@ -100,6 +104,7 @@ def transcript_digests(
     with tempfile.TemporaryDirectory() as scratch:
         if memory:
             root = Path(scratch)
+            (root / "data").mkdir()  # the embedding cache's home
             settings = replace(
                 settings,
                 data_dir=root / "data",
@@ -111,14 +116,20 @@ def transcript_digests(
         stores = open_stores(settings, in_memory=True)
         service = memory_service(settings) if memory else None
         addons = build_addons(settings, stores, service)
-        return _digests(path, dialect, messages, tools, addons)
+        return _digests(path, dialect, messages, tools, addons, whole)
 
 
 def _digests(
-    path: Path, dialect: str, messages: list[Any], tools: list[Any], addons: list[Addon]
+    path: Path,
+    dialect: str,
+    messages: list[Any],
+    tools: list[Any],
+    addons: list[Addon],
+    whole: bool,
 ) -> list[str]:
     headers = {"x-session-id": f"replay-{path.stem}"}
-    bodies = BodyCache()  # as the proxy parses: each request from where it differs
+    # As the proxy parses: each request from where it differs; or each parsed whole.
+    bodies = None if whole else BodyCache()
     digests: list[str] = []
     for k, message in enumerate(messages):
         if message.get("role") != "assistant" or k == 0:
@@ -131,10 +142,14 @@ def _digests(
     return digests
 
 
-def corpus_digests(target: Path, settings: Settings, memory: bool = False) -> Digests:
+def corpus_digests(
+    target: Path, settings: Settings, memory: bool = False, whole: bool = False
+) -> Digests:
     paths = transcript_files(target)
     return {
-        dialect: {path.stem: transcript_digests(path, dialect, settings, memory) for path in paths}
+        dialect: {
+            path.stem: transcript_digests(path, dialect, settings, memory, whole) for path in paths
+        }
         for dialect in DIALECTS
     }
 
@@ -168,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--memory", action="store_true", help="with project memory on the request path"
     )
+    parser.add_argument(
+        "--whole", action="store_true", help="parse every request whole (no body cache)"
+    )
     args = parser.parse_args(argv)
-    current = corpus_digests(args.target, Settings(), args.memory)
+    current = corpus_digests(args.target, Settings(), args.memory, args.whole)
     requests = sum(len(d) for by_name in current.values() for d in by_name.values())
     if args.out is not None:
         args.out.write_bytes(orjson.dumps(current, option=orjson.OPT_INDENT_2))

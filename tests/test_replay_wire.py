@@ -351,3 +351,14 @@ def test_digests_with_memory_carry_the_injected_blocks_and_are_stable(
     ]
     assert pairs and all(old != new for old, new in pairs)  # the stable block is on every one
     assert replay_digests.main([str(transcript), "--memory", "--compare", str(with_memory)]) == 0
+
+
+def test_digests_of_whole_parses_match_the_incremental_ones(
+    transcript: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import replay_digests
+
+    incremental = tmp_path / "incremental.json"
+    assert replay_digests.main([str(transcript), "--out", str(incremental)]) == 0
+    assert replay_digests.main([str(transcript), "--whole", "--compare", str(incremental)]) == 0
+    assert "identical" in capsys.readouterr().out
