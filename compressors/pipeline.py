@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import islice
 from typing import Any, Protocol, TypeVar, cast
 
 import xxhash
@@ -424,22 +425,11 @@ def _compress(
     result.kept_in_full = [c for c in candidates if _kept_in_full(c, memo)]
 
     recurring: Counter[str] = Counter()
+    stripped = False
     if live_start > head_end:
-        before = Counter(result.counters)
-        stripped = _strip_old_turns(conversation, head_end, live_start, settings, seen, result)
-        if settings.cut_old_calls:
-            # Responses messages were renumbered if reasoning items went whole: the live turn
-            # begins where the view says now.
-            live_now = conversation.last_user_message
-            stripped = (
-                _cut_old_calls(conversation, head_end, live_now, memo, seen, result) or stripped
-            )
-        recurring = result.counters - before
-        del recurring["calls_cut"]  # counted when decided, not each time a call is sent cut
+        stripped, recurring = _old_turns(conversation, head_end, 0, memo, settings, seen, result)
         if stripped and result.event is None and new_turn:
-            memo.events += 1
-            result.event = "turn"
-            result.counters["event:turn"] += 1
+            _turn_event(memo, result)
     if mark is not None:
         seen.trail = _trail(
             memo,
@@ -455,8 +445,42 @@ def _compress(
             recurring,
             settled_step,
             resent,
+            stripped,
         )
     return result
+
+
+def _old_turns(
+    conversation: Conversation,
+    head_end: int,
+    start: int,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    seen: SeenTexts,
+    result: CompressionResult,
+) -> tuple[bool, Counter[str]]:
+    """Layer 1 for the turns before the live one, from wire message ``start`` on: reasoning
+    and long reminders out, long call arguments cut. Whether anything changed, and what it
+    counted that every later request counts again (``Trail.recurring``)."""
+    before = Counter(result.counters)
+    live_start = conversation.last_user_message
+    stripped = _strip_old_turns(conversation, head_end, start, live_start, settings, seen, result)
+    if settings.cut_old_calls:
+        # Responses messages were renumbered if reasoning items went whole: the live turn
+        # begins where the view says now (and no message before ``start`` went).
+        live_now = conversation.last_user_message
+        stripped = (
+            _cut_old_calls(conversation, head_end, start, live_now, memo, seen, result) or stripped
+        )
+    recurring = result.counters - before
+    del recurring["calls_cut"]  # counted when decided, not each time a call is sent cut
+    return stripped, recurring
+
+
+def _turn_event(memo: SessionMemo, result: CompressionResult) -> None:
+    memo.events += 1
+    result.event = "turn"
+    result.counters["event:turn"] += 1
 
 
 def _resume(
@@ -468,11 +492,11 @@ def _resume(
     cache_cold: bool,
     ahead: Compressions | None,
 ) -> CompressionResult | None:
-    """``compress`` of a step that repeats every message of the session's last request and
-    adds some, when it begins no turn and none of the repeated outputs is in its protected
-    tail. Then the repeated messages are sent as last time (their decisions stand, their turns
-    were old already), but for the outputs they sent in full that a batch event compresses
-    now, and only the new messages are compressed. None (nothing changed) when the whole
+    """``compress`` of a request that repeats every message of the session's last request and
+    adds some. The repeated messages are sent as last time (their decisions stand, the turns
+    before the live one were old already), but for the outputs they sent in full that an
+    event compresses now and, when a user turn begins, the turn that was live: it is old now.
+    Only those and the new messages are compressed. None (nothing changed) when the whole
     conversation must be compressed."""
     if (
         memo is not trail.memo
@@ -489,15 +513,28 @@ def _resume(
         return None
     items = conversation.items
     added = items[known:]
+    turn = memo.turn
     if any(item.role is Role.USER and item.kind is Kind.TEXT for item in added):
-        return None  # the turn may have changed
+        turn = _turn_fingerprint(conversation)
+    new_turn = memo.turn is not None and turn != memo.turn
     end = _settled_end(conversation, trail.resent)
     cut = conversation.first_item_of(end, lo=known)
     settled_items, unsettled = (added, []) if cut == len(items) else (items[known:cut], items[cut:])
     settled_step = _Step.of(settled_items, trail.step)
     step = _Step.of(unsettled, settled_step) if unsettled else settled_step
-    if trail.step.last_result > step.last_call or not step.calls.isdisjoint(trail.result_calls):
-        return None  # a repeated output may be in this step's protected tail
+    # The repeated outputs sent in full so far: those in this step's protected tail stay so;
+    # the others are due at an event.
+    kept: list[_Candidate] = []
+    open_: list[_Candidate] = []
+    for earlier in trail.pending:
+        item = items[earlier.position]
+        if item.kind is not Kind.TOOL_RESULT or item.value is not earlier.output.text:
+            return None  # not the output it was: never expected, never guessed at
+        tail = item.call_id in step.calls or item.message > step.last_call
+        (kept if tail else open_).append(
+            earlier if earlier.item is item else replace(earlier, item=item)
+        )
+    memo.turn = turn
     assert memo.focus is not None  # set by the request that left the trail
     new_calls = _call_arguments(added)
     call_arguments = {**trail.call_arguments, **new_calls}
@@ -514,24 +551,26 @@ def _resume(
         dict(trail.copies),
     )
     in_tail = _tail_flags(candidates, step, conversation.last_user_message, settings, memo.level)
-    pending_tokens = trail.pending_tokens
+    pending_tokens = trail.pending_tokens - sum(c.tokens for c in kept)
     for candidate, tail in zip(candidates, in_tail, strict=True):
         decision = memo.decisions.get(candidate.fp)
         if not tail and decision is not None and decision.level == 0 and not decision.final:
             pending_tokens += candidate.tokens
-    # A batch event is due when the outputs sent in full outgrow the tail: those of the
-    # repeated messages are compressed too, and followed from the first one's message on.
+    # An event is due when a user turn begins, or when the outputs sent in full outgrow the
+    # tail (a batch): then those of the repeated messages are compressed too, and followed
+    # from the first one's message on.
     batch = pending_tokens > settings.tail_tokens
-    repeated_due: list[_Candidate] = []
+    repeated_due = open_ if batch or new_turn else []
     first = known
-    if batch and trail.pending:
-        for earlier in trail.pending:
-            item = items[earlier.position]
-            if item.kind is not Kind.TOOL_RESULT or item.value is not earlier.output.text:
-                return None  # not the output it was: never expected, never guessed at
-            repeated_due.append(replace(earlier, item=item))
+    if repeated_due:
         # An edit copies its message, and every item of it then points into the copy.
-        first = conversation.first_item_of(items[trail.pending[0].position].message)
+        first = conversation.first_item_of(repeated_due[0].item.message)
+    # The turn that was live is old once a later user message begins one: followed from its
+    # user message on (as the client numbers them), and layer 1 applies to it.
+    live_before = trail.settled.last_user_message
+    ended = conversation.last_user_message > live_before
+    if ended:
+        first = min(first, conversation.first_item_of(live_before))
 
     mark = conversation.mark(first, end)
     conversation.resume(trail.settled)
@@ -548,10 +587,10 @@ def _resume(
     settled_other = trail.other_tokens + _other_tokens(settled_items, candidates[:settled], seen)
     other_tokens = settled_other + _other_tokens(unsettled, candidates[settled:], seen)
     pressure = other_tokens + trail.candidate_tokens + _candidate_tokens(candidates, memo)
-    # No other event is due (ruled out above); without a batch, this only moves the level
-    # when a threshold is crossed.
-    due_pending = [*repeated_due, *pending] if batch else []
-    event = _event(memo, settings, pressure, due_pending, False, False)
+    # No other event is due (ruled out above); without a batch or a new turn, this only
+    # moves the level when a threshold is crossed.
+    due_pending = [*repeated_due, *pending] if batch or new_turn else []
+    event = _event(memo, settings, pressure, due_pending, False, new_turn)
     due = fresh
     if event is not None:
         memo.events += 1
@@ -571,6 +610,8 @@ def _resume(
                 tokens_after += estimate_tokens(text) - candidate.tokens
                 sent += estimate_tokens(text) - candidate.tokens
         still = [c for c in repeated_due if _sent_in_full(memo.decisions[c.fp])]
+        if kept:
+            still = sorted([*still, *kept], key=_position)
         kept_in_full = [c for c in kept_in_full if _kept_in_full(c, memo)]
         trail = replace(
             trail,
@@ -580,6 +621,14 @@ def _resume(
         )
     result.tokens_after = tokens_after
     result.kept_in_full = kept_in_full + [c for c in candidates if _kept_in_full(c, memo)]
+    stripped, recurring = trail.stripped, trail.recurring
+    if ended:
+        # From the turn's user message on, as the view numbers them now.
+        start = trail.settled.last_user_after
+        now, more = _old_turns(conversation, trail.head_end, start, memo, settings, seen, result)
+        stripped, recurring = stripped or now, recurring + more
+    if stripped and result.event is None and new_turn:
+        _turn_event(memo, result)
     seen.trail = _trail(
         memo,
         settings,
@@ -591,12 +640,17 @@ def _resume(
         candidates,
         settled,
         settled_other,
-        trail.recurring,
+        recurring,
         settled_step,
         trail.resent,
+        stripped,
         trail,
     )
     return result
+
+
+def _position(candidate: _Candidate) -> int:
+    return candidate.position
 
 
 def _settled_end(conversation: Conversation, resent: int) -> int:
@@ -639,6 +693,7 @@ class Trail:
     changed: bool
     step: _Step  # as the walk numbered the messages
     resent: int  # the request's last messages it leaves out: they come again changed
+    stripped: bool  # whether layer 1 changed anything in the turns before the live one
 
 
 # Changes that are new only in the request that decided them; the others are reported alike
@@ -666,6 +721,7 @@ def _trail(
     recurring: Counter[str],
     step: _Step,
     resent: int,
+    stripped: bool,
     earlier: Trail | None = None,
 ) -> Trail:
     """The trail ``result`` leaves for the messages ``settled`` describes. ``candidates``: all
@@ -733,6 +789,7 @@ def _trail(
         changed,
         step,
         resent,
+        stripped,
     )
 
 
@@ -1138,17 +1195,19 @@ def _apply(
 def _strip_old_turns(
     conversation: Conversation,
     head_end: int,
+    start: int,
     live_start: int,
     settings: CompressionSettings,
     seen: SeenTexts,
     result: CompressionResult,
 ) -> bool:
-    """Layer 1 for turns before the live one (the head excepted): reasoning out, whole units;
-    long reminders out. True when something changed."""
+    """Layer 1 for turns before the live one (the head excepted), from wire message ``start``
+    on: reasoning out, whole units; long reminders out. True when something changed."""
     changed_before = result.changed
     result.changed = False
     dropped: list[Item] = []
-    for item in conversation.items:
+    items = conversation.items
+    for item in islice(items, conversation.first_item_of(start) if start else 0, None):
         if item.message >= live_start or item.message <= head_end:
             continue
         if settings.strip_reasoning and item.role is Role.ASSISTANT:
@@ -1160,7 +1219,7 @@ def _strip_old_turns(
                     result.changes.append(
                         Change(
                             ChangeKind.REASONING_DROPPED,
-                            item.message,
+                            conversation.arrived_index(item.message),
                             len(item.value),
                             len(without),
                             without,
@@ -1187,15 +1246,18 @@ def _strip_old_turns(
 def _cut_old_calls(
     conversation: Conversation,
     head_end: int,
+    start: int,
     live_start: int,
     memo: SessionMemo,
     seen: SeenTexts,
     result: CompressionResult,
 ) -> bool:
-    """Cut the long strings of tool calls in turns before the live one; decided once per call
-    (when its turn ends, or on sight), so later requests send the same bytes."""
+    """Cut the long strings of tool calls in turns before the live one, from wire message
+    ``start`` on; decided once per call (when its turn ends, or on sight), so later requests
+    send the same bytes."""
     changed = False
-    for item in conversation.items:
+    items = conversation.items
+    for item in islice(items, conversation.first_item_of(start) if start else 0, None):
         if item.kind is not Kind.TOOL_CALL or item.message >= live_start:
             continue
         if item.message <= head_end:
@@ -1271,7 +1333,8 @@ def _drop_reminders(
     for block, key, pointer in dropped:
         result.originals[key] = block
         result.counters["reminders_dropped"] += 1
-        change = Change(ChangeKind.REMINDER_DROPPED, item.message, len(block), len(pointer))
+        message = conversation.arrived_index(item.message)
+        change = Change(ChangeKind.REMINDER_DROPPED, message, len(block), len(pointer))
         change.text, change.key = pointer, key
         result.changes.append(change)
     if text != item.value:
@@ -1283,7 +1346,8 @@ def _drop_reasoning(
     conversation: Conversation, dropped: list[Item], result: CompressionResult
 ) -> None:
     """Remove reasoning whole: the field, the thinking block, or the Responses item."""
-    sizes = [(item.message, _reasoning_chars(item.value)) for item in dropped]  # before they go
+    arrived = conversation.arrived_index
+    sizes = [(arrived(item.message), _reasoning_chars(item.value)) for item in dropped]  # as yet
     count = conversation.drop_reasoning(dropped)
     if count:
         kept = {id(item) for item in conversation.items}

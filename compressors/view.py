@@ -390,13 +390,15 @@ class Conversation:
     def repeats(self, settled: Settled) -> int:
         """How many of this view's items belong to the messages ``settled`` describes, when
         it repeats all of them (object for object, as a stage finds them, nothing removed yet)
-        and adds at least one: 0 when it does not."""
+        and adds at least one, with the same last user message or a later one: 0 when it
+        does not."""
         messages, count = self._messages, len(settled.before)
         if (
             not self.shares_edits
             or self.removed_messages
             or len(messages) <= count
-            or self.last_user_message != settled.last_user_message
+            or self.last_user_message < settled.last_user_message
+            or settled.last_user_message < self.last_user_message < count
             or not all(map(is_, settled.before, messages))
         ):
             return 0
@@ -424,7 +426,10 @@ class Conversation:
         if settled.kept is not None:
             self.items = list(compress(items, chain(settled.kept, repeat(True))))
         self.removed_messages = list(settled.removed)
-        self.last_user_message = settled.last_user_after
+        if self.last_user_message < count:
+            self.last_user_message = settled.last_user_after
+        else:  # a user message among those added
+            self.last_user_message -= shift
         self._message_of_item = None
         self._edits.carry()
 

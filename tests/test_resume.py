@@ -151,6 +151,26 @@ def test_steps_are_resumed_and_forward_what_the_whole_request_does(dialect: Dial
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_new_user_turn_is_resumed_and_the_turn_that_was_live_made_old(dialect: Dialect) -> None:
+    # The second turn's first request resumes the first turn's last one. The turn event
+    # compresses what the first turn sent in full but its last step's output (the protected
+    # tail), and the first turn's reasoning goes.
+    last_read = ToolCall(
+        "read", {"filePath": "/repo/b.py"}, file_view("/repo/b.py", 150, ["c", "d"], [])
+    )
+    session = agent_session(
+        Turn("Fix the build", (step(READ, think=THINK), step(GREP), step(last_read)), None),
+        Turn("Now the tests", (step(LS),), None),
+    )
+    requests = requests_of(render(session, dialect))
+    both_ways(dialect, requests, CompressionSettings(), [])
+    turn = next(result for result in RESUMED if result.event == "turn")
+    assert turn.counters["reasoning_dropped"] >= 1
+    assert READ.output in turn.originals.values()
+    assert [candidate.output.text for candidate in turn.kept_in_full] == [last_read.output]
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
 def test_steps_whose_last_messages_come_again_changed_are_resumed_before_them(
     dialect: Dialect,
 ) -> None:
