@@ -354,7 +354,10 @@ def compress(
         resumed = _resume(conversation, memo, settings, trail, seen, cache_cold, ahead)
         if resumed is not None:
             return resumed
-        resent = conversation.resent(trail.settled, MAX_RESENT) or trail.resent
+        # The last messages that came again changed: those this finds among the ones the
+        # trail settled, and all those after them (which it left out, as it was told to).
+        differ = conversation.resent(trail.settled, MAX_RESENT)
+        resent = differ + trail.settled.unfollowed if differ else trail.resent
     return _compress(conversation, memo, settings, seen, cache_cold, ahead, resent)
 
 
@@ -427,8 +430,11 @@ def _compress(
     recurring: Counter[str] = Counter()
     stripped = False
     if live_start > head_end:
-        stripped, recurring = _old_turns(conversation, head_end, 0, memo, settings, seen, result)
-        if stripped and result.event is None and new_turn:
+        end = conversation.message_count if mark is None else mark.end
+        stripped, recurring, rest = _old_turns(
+            conversation, head_end, 0, end, memo, settings, seen, result
+        )
+        if (stripped or rest) and result.event is None and new_turn:
             _turn_event(memo, result)
     if mark is not None:
         seen.trail = _trail(
@@ -454,27 +460,56 @@ def _old_turns(
     conversation: Conversation,
     head_end: int,
     start: int,
+    end: int,
     memo: SessionMemo,
     settings: CompressionSettings,
     seen: SeenTexts,
     result: CompressionResult,
-) -> tuple[bool, Counter[str]]:
-    """Layer 1 for the turns before the live one, from wire message ``start`` on: reasoning
-    and long reminders out, long call arguments cut. Whether anything changed, and what it
-    counted that every later request counts again (``Trail.recurring``)."""
+) -> tuple[bool, Counter[str], bool]:
+    """Layer 1 for the turns before the live one, from wire message ``start`` on (as the view
+    numbers them now): reasoning and long reminders out, long call arguments cut. Whether it
+    changed anything in the messages before ``end`` (those a trail settles) and what it
+    counted there that every later request counts again (``Trail.recurring``); and whether
+    it changed anything in the old turns' messages after them (a later request does those
+    again)."""
+    live = conversation.last_user_message
     before = Counter(result.counters)
-    live_start = conversation.last_user_message
-    stripped = _strip_old_turns(conversation, head_end, start, live_start, settings, seen, result)
-    if settings.cut_old_calls:
-        # Responses messages were renumbered if reasoning items went whole: the live turn
-        # begins where the view says now (and no message before ``start`` went).
-        live_now = conversation.last_user_message
-        stripped = (
-            _cut_old_calls(conversation, head_end, start, live_now, memo, seen, result) or stripped
-        )
+    removed = len(conversation.removed_messages)
+    settled = _layer_one(
+        conversation, head_end, start, min(end, live), memo, settings, seen, result
+    )
     recurring = result.counters - before
     del recurring["calls_cut"]  # counted when decided, not each time a call is sent cut
-    return stripped, recurring
+    rest = False
+    if end < live:
+        # Messages before ``end`` may have gone whole (Responses reasoning items).
+        end -= len(conversation.removed_messages) - removed
+        stop = conversation.last_user_message
+        rest = _layer_one(
+            conversation, head_end, max(start, end), stop, memo, settings, seen, result
+        )
+    return settled, recurring, rest
+
+
+def _layer_one(
+    conversation: Conversation,
+    head_end: int,
+    start: int,
+    stop: int,
+    memo: SessionMemo,
+    settings: CompressionSettings,
+    seen: SeenTexts,
+    result: CompressionResult,
+) -> bool:
+    """``_old_turns`` of the wire messages from ``start`` to ``stop``: whether it changed
+    anything."""
+    removed = len(conversation.removed_messages)
+    changed = _strip_old_turns(conversation, head_end, start, stop, settings, seen, result)
+    if settings.cut_old_calls:
+        # Messages before ``stop`` may have gone whole (Responses reasoning items).
+        stop -= len(conversation.removed_messages) - removed
+        changed = _cut_old_calls(conversation, head_end, start, stop, memo, seen, result) or changed
+    return changed
 
 
 def _turn_event(memo: SessionMemo, result: CompressionResult) -> None:
@@ -517,7 +552,8 @@ def _resume(
     if any(item.role is Role.USER and item.kind is Kind.TEXT for item in added):
         turn = _turn_fingerprint(conversation)
     new_turn = memo.turn is not None and turn != memo.turn
-    end = _settled_end(conversation, trail.resent)
+    count = len(trail.settled.before)
+    end = max(_settled_end(conversation, trail.resent), count)
     cut = conversation.first_item_of(end, lo=known)
     settled_items, unsettled = (added, []) if cut == len(items) else (items[known:cut], items[cut:])
     settled_step = _Step.of(settled_items, trail.step)
@@ -565,12 +601,14 @@ def _resume(
     if repeated_due:
         # An edit copies its message, and every item of it then points into the copy.
         first = conversation.first_item_of(repeated_due[0].item.message)
-    # The turn that was live is old once a later user message begins one: followed from its
-    # user message on (as the client numbers them), and layer 1 applies to it.
+    # Layer 1 applies to the messages of old turns the trail does not hold as such: the turn
+    # that was live, once a later user message begins one, and the messages it left out.
+    # They are followed from the first of them on (as the client numbers them).
     live_before = trail.settled.last_user_message
-    ended = conversation.last_user_message > live_before
-    if ended:
-        first = min(first, conversation.first_item_of(live_before))
+    old_from = min(live_before, count) if conversation.last_user_message > live_before else count
+    layer_one = old_from < conversation.last_user_message
+    if layer_one:
+        first = min(first, conversation.first_item_of(old_from))
 
     mark = conversation.mark(first, end)
     conversation.resume(trail.settled)
@@ -621,13 +659,23 @@ def _resume(
         )
     result.tokens_after = tokens_after
     result.kept_in_full = kept_in_full + [c for c in candidates if _kept_in_full(c, memo)]
-    stripped, recurring = trail.stripped, trail.recurring
-    if ended:
-        # From the turn's user message on, as the view numbers them now.
-        start = trail.settled.last_user_after
-        now, more = _old_turns(conversation, trail.head_end, start, memo, settings, seen, result)
+    stripped, recurring, rest = trail.stripped, trail.recurring, False
+    if layer_one:
+        # As the view numbers the messages now: the settled ones that went whole (Responses
+        # reasoning items) are all before ``old_from``.
+        shift = count - len(trail.settled.after)
+        now, more, rest = _old_turns(
+            conversation,
+            trail.head_end,
+            old_from - shift,
+            end - shift,
+            memo,
+            settings,
+            seen,
+            result,
+        )
         stripped, recurring = stripped or now, recurring + more
-    if stripped and result.event is None and new_turn:
+    if (stripped or rest) and result.event is None and new_turn:
         _turn_event(memo, result)
     seen.trail = _trail(
         memo,
@@ -655,11 +703,9 @@ def _position(candidate: _Candidate) -> int:
 
 def _settled_end(conversation: Conversation, resent: int) -> int:
     """How many of the wire messages a request's trail settles: all but the last ``resent``,
-    which its client sends again changed (``MAX_RESENT``), but at least up to the live turn's
-    first message: the stage changes and removes items of the turns before it, which a later
-    request takes from the trail."""
-    count = conversation.message_count
-    return max(count - resent, min(conversation.last_user_message + 1, count))
+    which its client sends again changed (``MAX_RESENT``). A later request does layer 1 again
+    for those of old turns among them (``_old_turns``)."""
+    return max(conversation.message_count - resent, 0)
 
 
 def _sent_in_full(decision: Decision) -> bool:
@@ -693,7 +739,7 @@ class Trail:
     changed: bool
     step: _Step  # as the walk numbered the messages
     resent: int  # the request's last messages it leaves out: they come again changed
-    stripped: bool  # whether layer 1 changed anything in the turns before the live one
+    stripped: bool  # whether layer 1 changed anything in the old turns' settled messages
 
 
 # Changes that are new only in the request that decided them; the others are reported alike

@@ -196,6 +196,7 @@ class Settled:
     moved: list[tuple[int, Any, int]]  # (walk position, holder, message) of moved items, in order
     kept: list[bool] | None  # which walked items are still in the view (None: all)
     dropped: int  # how many are not
+    unfollowed: int  # how many wire messages after them the stage did not follow
 
 
 @dataclass(slots=True)
@@ -367,6 +368,7 @@ class Conversation:
             moved,
             kept,
             gone,
+            unfollowed,
         )
 
     def resent(self, settled: Settled, limit: int) -> int:
