@@ -391,7 +391,8 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     session's previous body, repeated, and few new bytes. Light steps are rewritten on the
     event loop, saving the hand-over to a worker thread, when the state is in this process
     (a shared state server is not called from the event loop) and the work the session's
-    last request deferred has finished: a step whose compressions were not made ahead (the
+    last request deferred has finished (the step waits for what a worker has begun of it,
+    ``RewriteRunner.finish_started``): a step whose compressions were not made ahead (the
     workers were busy) would make them itself, on the loop every session's relay runs on."""
     if (
         session_key is None
@@ -498,6 +499,7 @@ async def _rewritten(
     # The key its session's turn, deferred work and kept body are found under, as the rewrite
     # names the session (``session_id_for``), so the answer's deferred work is filed alike.
     session_key = given_session_id(request.headers)
+    await state.rewrites.finish_started(session_key)
     result = None
     if _may_be_light(state, session_key, dialect, raw):
         result = await state.rewrites.run_here(

@@ -386,6 +386,22 @@ class RewriteRunner:
             if not pending:
                 del self._deferred[key]
 
+    async def finish_started(self, session_key: str | None) -> None:
+        """Wait (the event loop free meanwhile) for the session's deferred work that a worker
+        has begun, or that a free worker is about to: it makes what the session's next
+        request needs, which would otherwise make it itself beside it. Work that waits for a
+        busy worker is left to be cancelled (``_take_turn``)."""
+        if session_key is None:
+            return
+        workers = self._workers
+        started = [
+            asyncio.wrap_future(future)
+            for future in self._deferred.get(session_key, ())
+            if future.running() or workers.starts_soon(future)
+        ]
+        if started:
+            await asyncio.wait(started)
+
     def deferring(self, session_key: str | None) -> bool:
         """Whether work the session's last request deferred (``run_after``) has not all
         finished: what it makes ahead (compressions, their originals) may not be there yet

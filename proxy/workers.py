@@ -46,6 +46,7 @@ class Workers:
         self._deferred: deque[_Job] = deque()
         self._ready = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._busy = 0  # threads running a job
         self._closed = False
 
     def submit(self, work: Callable[[], T], priority: Priority) -> Future[T]:
@@ -82,13 +83,18 @@ class Workers:
                     self._deferred.remove(job)
 
     def _work(self) -> None:
+        busy = False
         while True:
             with self._ready:
+                if busy:
+                    self._busy -= 1
                 while not (self._requests or self._deferred or self._closed):
                     self._ready.wait()
                 if self._closed:
                     return
                 job = self._requests.popleft() if self._requests else self._deferred.popleft()
+                self._busy += 1
+                busy = True
             future, work = job.future, job.work
             del job
             if not future.set_running_or_notify_cancel():
@@ -100,6 +106,18 @@ class Workers:
             else:
                 future.set_result(result)
             del future, work
+
+    def starts_soon(self, future: Future[Any]) -> bool:
+        """Whether the deferred job of ``future`` waits only for a free worker to take it:
+        no more jobs are ahead of it than workers are free."""
+        with self._ready:
+            ahead = len(self._requests)
+            free = len(self._threads) - self._busy
+            for job in self._deferred:
+                if job.future is future:
+                    return ahead < free
+                ahead += 1
+        return False
 
     @property
     def deferred_waiting(self) -> int:

@@ -319,38 +319,42 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
 
 
 @pytest.mark.parametrize("session", ["ses_d", "s" * 250])
-async def test_a_step_whose_session_still_has_deferred_work_goes_to_a_worker(
+async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     start_proxy, upstream, client, session: str
 ) -> None:
     """What a request defers (compressions made ahead, their originals) may not be done when
-    the session's next step comes (the workers were busy): that step would make them itself,
-    so it is rewritten on a worker, not on the event loop every session's relay runs on. The
-    deferred work is found under the name the rewrite gives the session, an id over
-    ``MAX_SESSION_ID_LENGTH`` cut to it as well."""
+    the session's next step comes. Work a worker has begun makes what that step needs: the
+    step waits for it (the loop free meanwhile), then is light. Work still queued (every
+    worker busy) is cancelled, and the step, which makes it itself, is rewritten on a worker,
+    not on the event loop every session's relay runs on. The deferred work is found under
+    the name the rewrite gives the session, an id over ``MAX_SESSION_ID_LENGTH`` cut to it
+    as well."""
     import asyncio
     import threading
 
     from proxy.app import STATE
+    from proxy.pipeline import REWRITE_WORKERS
     from proxy.sessions import MAX_SESSION_ID_LENGTH
 
     where: list[str] = []
     release = threading.Event()
-    held: list[threading.Event] = []
+    began = threading.Event()
+    slow_steps = {2, 4}  # these requests leave work that takes a while
 
     def spy(conversation, flow) -> bool:
         where.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
-        if len(where) == 2:  # the second request leaves work that takes a while
-            started = threading.Event()
-            held.append(started)
+        if len(where) in slow_steps:
 
             def slow_work_ahead() -> None:
-                started.set()
+                began.set()
                 release.wait(10)
 
             flow.defer(slow_work_ahead)
         return False
 
     proxy = await start_proxy([Hook(spy)], upstream=[f"{upstream.url}/v1"])
+    runner = proxy.app[STATE].rewrites
+    key = session[:MAX_SESSION_ID_LENGTH]
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "first"},
@@ -381,17 +385,38 @@ async def test_a_step_whose_session_still_has_deferred_work_goes_to_a_worker(
             assert response.status == 200
             await response.read()
 
+    async def deferred_work_done() -> None:
+        for _ in range(500):  # the deferred work is done once the loop has heard of it
+            if not runner.deferring(key):
+                return
+            await asyncio.sleep(0.01)
+
     await send_step()  # nothing kept yet: a worker
+    await deferred_work_done()  # what every request defers (its walk's items made ahead)
     await send_step()  # light: the loop; defers the slow work
-    assert await asyncio.to_thread(held[0].wait, 10)
-    await send_step()  # light, but the work ahead of it is still running: a worker
+    assert await asyncio.to_thread(began.wait, 10)
+    waiting = asyncio.create_task(send_step())  # waits for the work begun, then the loop
+    await asyncio.sleep(0.3)
+    assert not waiting.done() and len(where) == 2
     release.set()
-    for _ in range(500):  # the deferred work is done once the loop has heard of it
-        if not proxy.app[STATE].rewrites.deferring(session[:MAX_SESSION_ID_LENGTH]):
-            break
-        await asyncio.sleep(0.01)
-    await send_step()  # nothing deferred left running: the loop
-    assert where == ["worker", "loop", "worker", "loop"]
+    await waiting
+    assert where == ["worker", "loop", "loop"]
+
+    # Every worker busy (another session's work): the slow work of the next step is queued.
+    release.clear()
+    blockers = threading.Event()
+    for _ in range(REWRITE_WORKERS):
+        runner.run_after("another", [lambda: blockers.wait(10)])
+    began.clear()
+    await send_step()  # the loop again; defers the slow work, which cannot begin
+    assert runner.deferring(key) and not began.is_set()
+    stepped = asyncio.create_task(send_step())  # a worker, once one is free
+    await asyncio.sleep(0.3)
+    blockers.set()
+    release.set()
+    await stepped
+    assert where == ["worker", "loop", "loop", "loop", "worker"]
+    assert not began.is_set()  # cancelled: the step did what it was for
 
 
 def test_the_step_that_sends_its_turn_s_first_message_again_changed_is_not_light() -> None:

@@ -85,6 +85,21 @@ def test_a_cancelled_job_leaves_the_queue_at_once(workers: Workers) -> None:
     release.set()
 
 
+def test_deferred_work_starts_soon_only_when_a_worker_is_free_for_it(workers: Workers) -> None:
+    with workers._ready:  # no worker takes a job meanwhile (the lock is reentrant)
+        first = workers.submit(lambda: None, Priority.DEFERRED)
+        second = workers.submit(lambda: None, Priority.DEFERRED)
+        assert workers.starts_soon(first)  # the one worker is free
+        assert not workers.starts_soon(second)  # the free worker takes the first
+    assert first.result(10) is None and second.result(10) is None
+    release = blocked(workers)
+    queued = workers.submit(lambda: None, Priority.DEFERRED)
+    assert not workers.starts_soon(queued)  # the worker is busy
+    release.set()
+    assert queued.result(10) is None
+    assert not workers.starts_soon(queued)  # done: not waiting
+
+
 def test_deferred_work_waiting_is_bounded_the_oldest_dropped() -> None:
     pool = Workers(1, "test-worker", backlog=2)
     release = blocked(pool)
