@@ -304,8 +304,12 @@ class _Step:
                 if calls:
                     step = calls
                     break
-        last_call = max((i.message for i in items if i.kind is Kind.TOOL_CALL), default=-1)
-        last_result = max((i.message for i in items if i.kind is Kind.TOOL_RESULT), default=-1)
+        last_call = last_result = -1
+        for item in items:  # in wire order: the last of each kind is the latest
+            if item.kind is Kind.TOOL_CALL:
+                last_call = item.message
+            elif item.kind is Kind.TOOL_RESULT:
+                last_result = item.message
         if before is None:
             return cls(
                 calls if step is None else step,
@@ -536,7 +540,7 @@ def _resume(
     if (
         memo is not trail.memo
         or _marks(memo) != trail.marks
-        or settings != trail.settings
+        or (settings is not trail.settings and settings != trail.settings)
         or cache_cold
         or settings.recompress_on_pressure
         or settings.recent_tokens
@@ -561,16 +565,13 @@ def _resume(
     # The repeated outputs sent in full so far: those in this step's protected tail stay so;
     # the others are due at an event.
     kept: list[_Candidate] = []
-    open_: list[_Candidate] = []
-    for earlier in trail.pending:
-        item = items[earlier.position]
-        if item.kind is not Kind.TOOL_RESULT or item.value is not earlier.output.text:
-            return None  # not the output it was: never expected, never guessed at
-        tail = item.call_id in step.calls or item.message > step.last_call
-        (kept if tail else open_).append(
-            earlier if earlier.item is item else replace(earlier, item=item)
-        )
-    memo.turn = turn
+    open_ = trail.pending
+    if trail.step.last_result > step.last_call or not step.calls.isdisjoint(trail.result_calls):
+        open_ = []
+        for earlier in trail.pending:
+            item = items[earlier.position]
+            tail = item.call_id in step.calls or item.message > step.last_call
+            (kept if tail else open_).append(earlier)
     assert memo.focus is not None  # set by the request that left the trail
     new_calls = _call_arguments(added)
     call_arguments = {**trail.call_arguments, **new_calls}
@@ -596,7 +597,13 @@ def _resume(
     # tail (a batch): then those of the repeated messages are compressed too, and followed
     # from the first one's message on.
     batch = pending_tokens > settings.tail_tokens
-    repeated_due = open_ if batch or new_turn else []
+    repeated_due: list[_Candidate] = []
+    if batch or new_turn:
+        for earlier in open_:
+            item = items[earlier.position]
+            if item.kind is not Kind.TOOL_RESULT or item.value is not earlier.output.text:
+                return None  # not the output it was: never expected, never guessed at
+            repeated_due.append(replace(earlier, item=item))
     first = known
     if repeated_due:
         # An edit copies its message, and every item of it then points into the copy.
@@ -610,13 +617,14 @@ def _resume(
     if layer_one:
         first = min(first, conversation.first_item_of(old_from))
 
+    memo.turn = turn
     mark = conversation.mark(first, end)
     conversation.resume(trail.settled)
     seen.carry()
     result = CompressionResult(
         changed=trail.changed,
         originals=dict(trail.originals),
-        counters=Counter(trail.recurring),
+        counters=Counter(trail.recurring) if trail.recurring else Counter(),
         changes=list(trail.changes),
     )
     compressible, fresh, pending = _sort(

@@ -15,12 +15,13 @@ objects themselves are never changed.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 from itertools import chain, compress, islice, repeat, starmap
-from operator import attrgetter, is_, is_not, itemgetter, ne, or_
+from operator import add, attrgetter, is_, is_not, ne, or_
 from typing import TYPE_CHECKING, Any
 
 from compressors import jsontext
@@ -182,6 +183,35 @@ class Mark:
 
 
 @dataclass(frozen=True, slots=True)
+class Moved:
+    """The items a stage pointed elsewhere: each one's walk position (ascending), and the
+    container and wire message it left the item at."""
+
+    positions: list[int]
+    holders: list[Any]
+    numbers: list[int]
+
+    def before(self, position: int) -> Moved:
+        """Those at walk positions before ``position``."""
+        cut = bisect.bisect_left(self.positions, position)
+        return Moved(self.positions[:cut], self.holders[:cut], self.numbers[:cut])
+
+    def __add__(self, later: Moved) -> Moved:
+        return Moved(
+            self.positions + later.positions,
+            self.holders + later.holders,
+            self.numbers + later.numbers,
+        )
+
+    def apply(self, items: list[Item]) -> None:
+        """Point the walk's ``items`` where the stage left them (in C loops: a long session's
+        requests move hundreds of items each)."""
+        found = list(map(items.__getitem__, self.positions))
+        deque(map(setattr, found, repeat("holder"), self.holders), maxlen=0)
+        deque(map(setattr, found, repeat("message"), self.numbers), maxlen=0)
+
+
+@dataclass(frozen=True, slots=True)
 class Settled:
     """What a stage made of a conversation's wire messages (``Conversation.settle``): a later
     request of the session that repeats them all, object for object, is given the same result
@@ -193,7 +223,7 @@ class Settled:
     last_user_message: int  # as the walk found it, and after the stage
     last_user_after: int
     items: int  # how many items the walk found in them
-    moved: list[tuple[int, Any, int]]  # (walk position, holder, message) of moved items, in order
+    moved: Moved  # the items it pointed elsewhere
     kept: list[bool] | None  # which walked items are still in the view (None: all)
     dropped: int  # how many are not
     unfollowed: int  # how many wire messages after them the stage did not follow
@@ -340,10 +370,13 @@ class Conversation:
             map(is_not, map(_holder, rest), mark.holders),
             map(ne, map(_message, rest), mark.numbers),
         )
-        moved = [
-            (first + index, rest[index].holder, rest[index].message)
-            for index in compress(range(len(rest)), differs)
-        ]
+        indices = list(compress(range(len(rest)), differs))
+        now = list(map(rest.__getitem__, indices))
+        moved = Moved(
+            list(map(add, indices, repeat(first))),
+            list(map(_holder, now)),
+            list(map(_message, now)),
+        )
         kept: list[bool] | None = None
         gone = len(walked) - len(self.items)
         if earlier is not None and gone == earlier.dropped:  # none since ``resume``
@@ -355,8 +388,7 @@ class Conversation:
         if earlier is not None:
             # Items from ``first`` on that ``resume`` moved and have not moved since are found
             # again in ``moved``: the earlier ones of them go.
-            before = bisect.bisect_left(earlier.moved, first, key=itemgetter(0))
-            moved = earlier.moved[:before] + moved
+            moved = earlier.moved.before(first) + moved
         unfollowed = len(mark.messages) - mark.end
         return Settled(
             mark.messages[: mark.end] if unfollowed else mark.messages,
@@ -416,9 +448,7 @@ class Conversation:
         of them, and this view's items of them follow, as if the stage had run again."""
         assert self._edits is not None
         items, count = self.items, len(settled.before)
-        for position, holder, number in settled.moved:
-            item = items[position]
-            item.holder, item.message = holder, number
+        settled.moved.apply(items)
         self._messages[:count] = settled.after
         shift = count - len(settled.after)
         if shift:

@@ -36,6 +36,17 @@ class LiveCopies(Generic[T]):
         else:
             self._copies.pop(session_id, None)
 
+    def grow(self, session_id: str, copy: T, added: int) -> None:
+        """``keep``, for a copy kept already that has grown by about ``added`` (an estimate
+        no lower than what it added): counted without measuring the whole copy again."""
+        kept = self._copies.get(session_id)
+        if kept is None or kept[0] is not copy:
+            self.keep(session_id, copy)
+        elif kept[1] + added <= self._copies.maxsize:
+            self._copies[session_id] = (copy, kept[1] + added)
+        else:
+            self._copies.pop(session_id, None)
+
     def drop(self, session_id: str) -> None:
         self._copies.pop(session_id, None)
 

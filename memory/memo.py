@@ -19,6 +19,15 @@ LIVE_BYTES = 8 * 1024 * 1024  # in-process memos, by their decisions' text
 _text = attrgetter("text")
 
 
+def decisions_size(decisions: Mapping[str, Decision]) -> int:
+    """What ``decisions`` add to a memo's ``memo_size`` at most: each one's fingerprint and
+    text, its original's key and the marker content its text may name."""
+    return sum(
+        224 + 2 * len(fp) + (len(decision.text) if decision.text is not None else 0)
+        for fp, decision in decisions.items()
+    )
+
+
 def memo_size(memo: SessionMemo) -> int:
     """Roughly what a memo holds: its decisions' fingerprints and texts, the keys of their
     originals, and the contents of the markers it sent."""
@@ -160,7 +169,8 @@ class MemoStore:
                 if waiting is not None:
                     self._flush([session_id])
                 self._waiting[session_id] = _Waiting(memo, _state(memo), dict(changed))
-            self._live.keep(session_id, memo)  # measured here, on the thread changing it
+            # Measured here, on the thread changing it: by what the request added.
+            self._live.grow(session_id, memo, decisions_size(changed))
 
     def flush(self) -> None:
         """Write every save that waits, in one transaction; a session another process saved

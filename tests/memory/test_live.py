@@ -36,3 +36,41 @@ def test_a_copy_is_measured_once_each_time_it_is_kept() -> None:
     live.keep("b", [1, 2])
     live.keep("a", [1])
     assert len(measured) == 3 and live.bytes == 3
+
+
+def test_a_copy_kept_already_grows_by_what_was_added_without_a_measure() -> None:
+    measured: list[list[int]] = []
+
+    def size(copy: list[int]) -> int:
+        measured.append(copy)
+        return len(copy)
+
+    live: LiveCopies[list[int]] = LiveCopies(10, size)
+    copy = [1, 2, 3]
+    live.grow("a", copy, 99)  # not kept yet: measured
+    assert live.bytes == 3 and len(measured) == 1
+    copy.extend([4, 5])
+    live.grow("a", copy, 2)
+    assert live.bytes == 5 and len(measured) == 1
+    live.grow("a", [1], 1)  # another object under the name: measured
+    assert live.bytes == 1 and len(measured) == 2
+    live.grow("a", live.get("a") or [], 20)  # grown past the whole cache: no longer kept
+    assert live.get("a") is None and live.bytes == 0
+
+
+def test_what_a_save_adds_to_a_memo_is_never_less_than_its_measure_grows() -> None:
+    from compressors.markers import ccr_key, marker
+    from compressors.pipeline import Decision, SessionMemo
+    from memory.memo import decisions_size, memo_size
+
+    memo = SessionMemo()
+    before = memo_size(memo)
+    added = {}
+    for n in range(20):
+        fp = f"{ccr_key(str(n))}{ccr_key(str(-n))}#{n % 3}"
+        text = marker("400 lines omitted", ccr_key(f"original {n}")) + "x" * n
+        added[fp] = memo.decisions[fp] = Decision(level=1, text=text)
+        memo.original_keys[fp] = ccr_key(f"original {n}")
+    memo.content_of_marker("none")  # fills what the markers name
+    assert memo.sent_as
+    assert memo_size(memo) - before <= decisions_size(added)
