@@ -242,6 +242,29 @@ def test_the_real_model_finds_paraphrases_and_the_other_language(tmp_path: Path)
     assert index.search("write a haiku about autumn leaves", floor=0.2, now=NOW) == []
 
 
+@real_model
+def test_a_search_by_meaning_imports_nothing_more_of_numpy(tmp_path: Path) -> None:
+    """numpy's set routines import ``numpy.ma`` on first use: 15 ms on the request path of a
+    process's first recall. In a fresh interpreter, as the proxy is."""
+    import subprocess
+    import sys
+
+    path = _memory(tmp_path, "## Decisions\n- Use PostgreSQL 16 as the primary database\n")
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from memory.search import MemoryIndex\n"
+        "from memory.semantic import Embeddings\n"
+        f"index = MemoryIndex([Path({str(path)!r})], dense=Embeddings(None).scorer())\n"
+        "hits = index.search('what SQL engine backs the app', floor=0.2)\n"
+        "assert hits and hits[0].entry.text.startswith('Use PostgreSQL'), hits\n"
+        "assert 'numpy' in sys.modules and 'numpy.ma' not in sys.modules\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_message_is_not_embedded_while_memory_is_empty(tmp_path: Path) -> None:
     settings = MemorySettings(semantic=True)
     catalog = MemoryCatalog(tmp_path / "data", settings)
