@@ -191,9 +191,12 @@ class SeenTexts:
 
     def carry(self) -> None:
         """Keep what the last request used for the next one too: this one repeats those
-        texts without looking them up (``compress`` resumed the last request's messages)."""
-        self._current = {**self._previous, **self._current}
-        self._derived = {**self._derived_before, **self._derived}
+        texts without looking them up (``compress`` resumed the last request's messages).
+        The last request's entries become this one's, with what it found so far (few: the
+        new messages' texts) added to them, not copied."""
+        self._previous.update(self._current)
+        self._derived_before.update(self._derived)
+        self._current, self._derived = self._previous, self._derived_before
 
     def derive(self, text: str, tag: str, compute: Callable[[str], R]) -> R:
         """``compute(text)``, computed once per text object (and ``tag``: what is derived)."""
@@ -573,8 +576,9 @@ def _resume(
             tail = item.call_id in step.calls or item.message > step.last_call
             (kept if tail else open_).append(earlier)
     assert memo.focus is not None  # set by the request that left the trail
-    new_calls = _call_arguments(added)
-    call_arguments = {**trail.call_arguments, **new_calls}
+    # The trail is this request's alone (``compress`` took it): what it holds is added to.
+    call_arguments = trail.call_arguments
+    call_arguments.update(_call_arguments(added))
     candidates, settled, settled_copies = _candidates_at_cut(
         settled_items,
         unsettled,
@@ -585,7 +589,7 @@ def _resume(
         memo,
         seen,
         call_arguments,
-        dict(trail.copies),
+        trail.copies,
     )
     in_tail = _tail_flags(candidates, step, conversation.last_user_message, settings, memo.level)
     pending_tokens = trail.pending_tokens - sum(c.tokens for c in kept)

@@ -690,8 +690,10 @@ class EditMemo:
 
     def carry(self) -> None:
         """Keep every edit of the last request for the next one too: this request repeats
-        them without making them again (``Conversation.resume``)."""
-        self._current = {**self._previous, **self._current}
+        them without making them again (``Conversation.resume``): the last request's entries
+        become this one's, with the few it made so far added to them, not copied."""
+        self._previous.update(self._current)
+        self._current = self._previous
 
     def edited(
         self,
