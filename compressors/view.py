@@ -423,20 +423,22 @@ class Conversation:
 
     def repeats(self, settled: Settled) -> int:
         """How many of this view's items belong to the messages ``settled`` describes, when
-        it repeats all of them (object for object, as a stage finds them, nothing removed yet)
-        and adds at least one, with the same last user message or a later one: 0 when it
-        does not."""
+        it repeats all of them (object for object, as a stage finds them, nothing removed yet),
+        with the same last user message or a later one, and adds some or none (a retry of the
+        same body): 0 when it does not."""
         messages, count = self._messages, len(settled.before)
         if (
             not self.shares_edits
             or self.removed_messages
-            or len(messages) <= count
+            or len(messages) < count
             or self.last_user_message < settled.last_user_message
             or settled.last_user_message < self.last_user_message < count
             or not all(map(is_, settled.before, messages))
         ):
             return 0
         items, known = self.items, settled.items
+        if len(messages) == count:
+            return known if len(items) == known else 0
         if len(items) <= known or items[known].message < count:
             return 0
         if known and items[known - 1].message >= count:

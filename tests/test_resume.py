@@ -185,6 +185,21 @@ def test_steps_whose_last_messages_come_again_changed_are_resumed_before_them(
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("marks", [False, True])
+def test_a_retry_of_the_same_body_is_resumed(dialect: Dialect, marks: bool) -> None:
+    # A client sends a request again as it was (a retry after an error, or a benchmark):
+    # nothing added, the last request's form is its own.
+    requests = requests_of(render(LONG, dialect))
+    if marks:
+        requests = with_moving_cache_marks(requests, dialect)
+    retried = [request for request in requests for _ in range(2)]
+    resumed = both_ways(dialect, retried, CompressionSettings(), [])
+    # All but the first (with moving marks, the first three: the first mark moves off the
+    # first message, and the next request shows that the last two come again).
+    assert resumed == len(retried) - (3 if marks else 1)
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
 def test_last_messages_sent_again_with_other_outputs_leave_nothing_of_theirs_behind(
     dialect: Dialect,
 ) -> None:
