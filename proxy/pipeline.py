@@ -46,6 +46,9 @@ LIGHT_OUTPUT_TOKENS = CompressionSettings().arrival_tokens
 # Requests of a session that the next one does not extend: they do not replace its body.
 ONE_OFF_KINDS = frozenset({RequestKind.TITLE, RequestKind.COMPACTION})
 REWRITE_WORKERS = 4
+# How long a step waits for its session's deferred work a worker has begun (it takes a few ms;
+# one stuck on a busy database must not hold the step): then the step goes to a worker.
+DEFERRED_WAIT_SECONDS = 0.25
 # How long a thread that wants the GIL waits before the running one must hand it over
 # (Python's default is 5 ms). With rewrites running Python code on worker threads, the event
 # loop needs the GIL back for every chunk it relays; at 5 ms, a few busy workers delayed a
@@ -390,7 +393,9 @@ class RewriteRunner:
         """Wait (the event loop free meanwhile) for the session's deferred work that a worker
         has begun, or that a free worker is about to: it makes what the session's next
         request needs, which would otherwise make it itself beside it. Work that waits for a
-        busy worker is left to be cancelled (``_take_turn``)."""
+        busy worker is left to be cancelled (``_take_turn``). At most
+        ``DEFERRED_WAIT_SECONDS``: work still running then makes the step a worker's
+        (``deferring``)."""
         if session_key is None:
             return
         workers = self._workers
@@ -400,7 +405,7 @@ class RewriteRunner:
             if future.running() or workers.starts_soon(future)
         ]
         if started:
-            await asyncio.wait(started)
+            await asyncio.wait(started, timeout=DEFERRED_WAIT_SECONDS)
 
     def deferring(self, session_key: str | None) -> bool:
         """Whether work the session's last request deferred (``run_after``) has not all

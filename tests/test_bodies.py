@@ -328,10 +328,12 @@ async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     worker busy) is cancelled, and the step, which makes it itself, is rewritten on a worker,
     not on the event loop every session's relay runs on. The deferred work is found under
     the name the rewrite gives the session, an id over ``MAX_SESSION_ID_LENGTH`` cut to it
-    as well."""
+    as well. Work begun that runs on past ``DEFERRED_WAIT_SECONDS`` (stuck) is not waited
+    for longer: the step goes to a worker."""
     import asyncio
     import threading
 
+    from proxy import pipeline as rewrites
     from proxy.app import STATE
     from proxy.pipeline import REWRITE_WORKERS
     from proxy.sessions import MAX_SESSION_ID_LENGTH
@@ -339,13 +341,16 @@ async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     where: list[str] = []
     release = threading.Event()
     began = threading.Event()
-    slow_steps = {2, 4}  # these requests leave work that takes a while
+    begun: list[int] = []  # the steps whose slow work began
+    slow_steps = {2, 4, 5}  # these requests leave work that takes a while
 
     def spy(conversation, flow) -> bool:
         where.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
         if len(where) in slow_steps:
+            step = len(where)
 
             def slow_work_ahead() -> None:
+                begun.append(step)
                 began.set()
                 release.wait(10)
 
@@ -395,8 +400,13 @@ async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     await deferred_work_done()  # what every request defers (its walk's items made ahead)
     await send_step()  # light: the loop; defers the slow work
     assert await asyncio.to_thread(began.wait, 10)
-    waiting = asyncio.create_task(send_step())  # waits for the work begun, then the loop
-    await asyncio.sleep(0.3)
+    bound = rewrites.DEFERRED_WAIT_SECONDS
+    rewrites.DEFERRED_WAIT_SECONDS = 30.0  # longer than this test waits
+    try:
+        waiting = asyncio.create_task(send_step())  # waits for the work begun, then the loop
+        await asyncio.sleep(0.3)
+    finally:
+        rewrites.DEFERRED_WAIT_SECONDS = bound
     assert not waiting.done() and len(where) == 2
     release.set()
     await waiting
@@ -413,10 +423,21 @@ async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     stepped = asyncio.create_task(send_step())  # a worker, once one is free
     await asyncio.sleep(0.3)
     blockers.set()
-    release.set()
     await stepped
     assert where == ["worker", "loop", "loop", "loop", "worker"]
-    assert not began.is_set()  # cancelled: the step did what it was for
+
+    # Work begun that does not finish (stuck): the step waits no longer than the bound.
+    for _ in range(500):
+        if begun[-1] == 5:  # the fifth step's slow work, begun (and held)
+            break
+        await asyncio.sleep(0.01)
+    assert begun == [2, 5]  # the fourth's was cancelled: its step did what it was for
+    started = asyncio.get_running_loop().time()
+    await send_step()
+    assert asyncio.get_running_loop().time() - started < bound + 5
+    assert where == ["worker", "loop", "loop", "loop", "worker", "worker"]
+    assert not release.is_set()  # answered while the work still ran
+    release.set()
 
 
 def test_the_step_that_sends_its_turn_s_first_message_again_changed_is_not_light() -> None:
