@@ -23,15 +23,20 @@ def test_copies_are_bounded_by_size_and_a_grown_copy_is_accounted_again() -> Non
     assert live.get("a") is None and live.bytes == 2
 
 
-def test_a_copy_is_measured_once_each_time_it_is_kept() -> None:
-    """A memo's size walks all its decisions: the cache used to measure it twice per save."""
+def measuring() -> tuple[LiveCopies[list[int]], list[list[int]]]:
+    """Copies of at most 10 items, and each copy the cache measured, in order."""
     measured: list[list[int]] = []
 
     def size(copy: list[int]) -> int:
         measured.append(copy)
         return len(copy)
 
-    live: LiveCopies[list[int]] = LiveCopies(10, size)
+    return LiveCopies(10, size), measured
+
+
+def test_a_copy_is_measured_once_each_time_it_is_kept() -> None:
+    """A memo's size walks all its decisions: the cache used to measure it twice per save."""
+    live, measured = measuring()
     live.keep("a", [1, 2, 3])
     live.keep("b", [1, 2])
     live.keep("a", [1])
@@ -39,13 +44,7 @@ def test_a_copy_is_measured_once_each_time_it_is_kept() -> None:
 
 
 def test_a_copy_kept_already_grows_by_what_was_added_without_a_measure() -> None:
-    measured: list[list[int]] = []
-
-    def size(copy: list[int]) -> int:
-        measured.append(copy)
-        return len(copy)
-
-    live: LiveCopies[list[int]] = LiveCopies(10, size)
+    live, measured = measuring()
     copy = [1, 2, 3]
     live.grow("a", copy, 99)  # not kept yet: measured
     assert live.bytes == 3 and len(measured) == 1
