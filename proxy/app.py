@@ -303,6 +303,9 @@ class _Outbound:
     answered_at: float = 0.0
     shown: bool = False  # counted as a request (``_show``), its answer perhaps not yet
     streams_counted: bool = False
+    overhead_s: float = 0.0  # from the request's arrival to its forwarding
+    rewrite_s: float = 0.0  # the rewrite itself (``_prepare``), apart from waiting for its turn
+    rewritten_on: str = ""  # "loop" or "worker"
 
 
 @dataclass(slots=True)
@@ -386,6 +389,20 @@ def _prepare(
     return result
 
 
+def _timed_prepare(
+    state: ProxyState,
+    raw: bytes,
+    dialect: Dialect,
+    headers: CIMultiDictProxy[str],
+    book: Book,
+    light: bool = False,
+) -> tuple[Rewrite | None, float]:
+    """``_prepare`` and how long it took: the rewrite's own part of the proxy's time."""
+    start = time.perf_counter()
+    result = _prepare(state, raw, dialect, headers, book, light)
+    return result, time.perf_counter() - start
+
+
 def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, raw: bytes) -> bool:
     """Whether the request may be a light step (``proxy.pipeline.rewrite_light_step``): its
     session's previous body, repeated, and few new bytes. Light steps are rewritten on the
@@ -408,8 +425,13 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
 PENDING_SHOWN_AFTER = 0.1
 
 
-def _server_timing(overhead: float) -> CIMultiDict[str]:
-    return CIMultiDict({"Server-Timing": f'deepmem;dur={overhead * 1000:.3f};desc="proxy"'})
+def _server_timing(outbound: _Outbound) -> CIMultiDict[str]:
+    """The proxy's time before forwarding and, for a rewritten chat request, the rewrite's own
+    part of it and where it ran (the rest waited: for the session's turn, a worker, the loop)."""
+    timing = f'deepmem;dur={outbound.overhead_s * 1000:.3f};desc="proxy"'
+    if outbound.rewritten_on:
+        timing += f', rewrite;dur={outbound.rewrite_s * 1000:.3f};desc="{outbound.rewritten_on}"'
+    return CIMultiDict({"Server-Timing": timing})
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
@@ -437,14 +459,16 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             if isinstance(read, web.Response):
                 return read
             outbound = read
-        overhead = time.perf_counter() - started
-        state.metrics.observe("deepmem_proxy_overhead_seconds", overhead, route=outbound.route)
+        outbound.overhead_s = time.perf_counter() - started
+        state.metrics.observe(
+            "deepmem_proxy_overhead_seconds", outbound.overhead_s, route=outbound.route
+        )
         show = functools.partial(_show, state, outbound)
         meanwhile = asyncio.get_running_loop().call_later(
             PENDING_SHOWN_AFTER, functools.partial(state.sessions.settle, book, show, last=False)
         )
         try:
-            return await _forward(state, request, upstream, outbound, style, started, overhead)
+            return await _forward(state, request, upstream, outbound, style, started)
         finally:
             meanwhile.cancel()
             flow = outbound.rewrite.flow if outbound.rewrite is not None else None
@@ -500,15 +524,16 @@ async def _rewritten(
     # names the session (``session_id_for``), so the answer's deferred work is filed alike.
     session_key = given_session_id(request.headers)
     await state.rewrites.finish_started(session_key)
-    result = None
+    result, rewrite_s, rewritten_on = None, 0.0, "loop"
     if _may_be_light(state, session_key, dialect, raw):
-        result = await state.rewrites.run_here(
-            session_key, _prepare, state, raw, dialect, request.headers, book, True
+        result, rewrite_s = await state.rewrites.run_here(
+            session_key, _timed_prepare, state, raw, dialect, request.headers, book, True
         )
     if result is None:
-        result = await state.rewrites.run(
-            session_key, _prepare, state, raw, dialect, request.headers, book
+        result, rewrite_s = await state.rewrites.run(
+            session_key, _timed_prepare, state, raw, dialect, request.headers, book
         )
+        rewritten_on = "worker"
     assert result is not None
     forwarded = result.body if result.changed else wire  # unchanged: exactly as received
     metrics.inc("deepmem_bytes_out_total", len(forwarded))
@@ -533,6 +558,8 @@ async def _rewritten(
         len(raw),
         len(result.body),
         result,
+        rewrite_s=rewrite_s,
+        rewritten_on=rewritten_on,
     )
 
 
@@ -611,12 +638,11 @@ async def _forward(
     outbound: _Outbound,
     style: Dialect,
     started: float,
-    overhead: float,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the answer as it streams; a clear error in the
     provider's shape when the upstream cannot be reached or times out."""
     metrics, route = state.metrics, outbound.route
-    extra_headers = _server_timing(overhead)
+    extra_headers = _server_timing(outbound)
     headers = outbound.headers
     url = _upstream_url(request, upstream)
     if url.user is not None:
@@ -625,17 +651,7 @@ async def _forward(
         headers.popall("Authorization", None)
 
     def access(status: int, bytes_back: int = 0) -> None:
-        _log_access(
-            request,
-            upstream,
-            route,
-            status,
-            started,
-            outbound.session_id,
-            outbound.kind,
-            outbound.outcome,
-            bytes_back,
-        )
+        _log_access(request, upstream, outbound, status, started, bytes_back)
 
     status = 0
 
@@ -709,28 +725,29 @@ def _count_answer(
 def _log_access(
     request: web.Request,
     upstream: Upstream,
-    route: str,
+    outbound: _Outbound,
     status: int,
     started: float,
-    session_id: str | None,
-    kind: str,
-    outcome: str,
     bytes_back: int = 0,
 ) -> None:
     if not access_log.isEnabledFor(logging.INFO):
         return
-    fields = {
+    fields: dict[str, Any] = {
         "method": request.method,
         "path": request.path,
         "status": status,
         "upstream": upstream.name,
-        "route": route,
+        "route": outbound.route,
         "ms": round((time.perf_counter() - started) * 1000, 2),
-        "session": session_id,
-        "kind": kind,
-        "outcome": outcome,
+        "session": outbound.session_id,
+        "kind": outbound.kind,
+        "outcome": outbound.outcome,
         "bytes_back": bytes_back,
     }
+    if outbound.rewritten_on:
+        fields["overhead_ms"] = round(outbound.overhead_s * 1000, 3)
+        fields["rewrite_ms"] = round(outbound.rewrite_s * 1000, 3)
+        fields["rewritten_on"] = outbound.rewritten_on
     if log.isEnabledFor(logging.DEBUG):
         fields["headers"] = redact_headers(request.headers.items())
     access_log.info("request", extra={"fields": fields})

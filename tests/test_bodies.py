@@ -5,6 +5,7 @@ same bytes with or without it."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -296,6 +297,8 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         step("z" * 200),  # the loop
     ]
 
+    timed: list[str] = []  # where each ran, as its answer's Server-Timing says
+
     async def send(session: str) -> bytes:
         body = orjson.dumps({"model": "m", "messages": messages, "tools": tools})
         async with client.post(
@@ -303,12 +306,19 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
         ) as response:
             assert response.status == 200
             await response.read()
+            timing = re.fullmatch(
+                r'deepmem;dur=[0-9.]+;desc="proxy", rewrite;dur=([0-9.]+);desc="(\w+)"',
+                response.headers["Server-Timing"],
+            )
+            assert timing is not None, response.headers["Server-Timing"]
+            timed.append(timing[2])
         return body
 
     for added in plan:
         messages.extend(added)
         body = await send("ses_l")
     assert where == ["worker", "loop", "worker", "loop", "worker", "loop", "worker", "loop"]
+    assert timed == where
     assert [r.body for r in upstream.requests][-1] == body  # the spy changed nothing
     where.clear()  # a long conversation: comparing and writing its bytes take too long
     messages[0]["content"] = "s" * LIGHT_BODY_BYTES

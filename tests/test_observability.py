@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from unittest import mock
 
 from aiohttp.test_utils import make_mocked_request
@@ -144,3 +145,25 @@ async def test_server_timing_on_errors_too(start_proxy, client, unused_tcp_port)
     async with client.post(proxy.url + "/v1/chat/completions", data=CHAT) as response:
         assert response.status == 502
         assert response.headers["Server-Timing"].startswith("deepmem;dur=")
+
+
+async def test_access_log_says_what_the_rewrite_took_and_where(
+    start_proxy, upstream, client, caplog
+):
+    """A chat request's access line carries its time before forwarding and the rewrite's own
+    part of it, as its Server-Timing does; a call relayed unread has neither."""
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"])
+    with caplog.at_level(logging.INFO, logger="deepmem.access"):
+        async with client.post(proxy.url + "/v1/chat/completions", data=CHAT) as response:
+            assert response.status == 200
+            timing = response.headers["Server-Timing"]
+            await response.read()
+        async with client.get(proxy.url + "/v1/models") as response:
+            await response.read()
+    lines = [r.fields for r in caplog.records if r.name == "deepmem.access"]
+    chat, relayed = lines
+    assert chat["rewritten_on"] == "worker"  # a session's first request
+    assert 0 < chat["rewrite_ms"] <= chat["overhead_ms"] <= chat["ms"]
+    found = re.search(r'rewrite;dur=([0-9.]+);desc="worker"', timing)
+    assert found is not None and abs(float(found[1]) - chat["rewrite_ms"]) < 0.002
+    assert "rewrite_ms" not in relayed and "overhead_ms" not in relayed
