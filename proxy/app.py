@@ -48,7 +48,7 @@ from proxy.pipeline import (
     rewrite_request,
 )
 from proxy.relay import RelayResult, UpstreamPool, relay_response, upstream_request_headers
-from proxy.request_body import UnreadableBody, content_coding, decoded
+from proxy.request_body import UnreadableBody, content_coding, decoded, read_wire
 from proxy.rewrites import RewriteLog, RewriteRecord, build_record, rewrite_handler
 from proxy.security import Access, guard, host_allowed
 from proxy.sessions import (
@@ -505,7 +505,7 @@ async def _rewritten(
     settings, metrics, route = state.settings, state.metrics, dialect.value
     coding = content_coding(request.headers)
     try:
-        wire = await request.read()  # as received: the server does not inflate bodies
+        wire = await read_wire(request)  # as received: the server does not inflate bodies
         raw = await decoded(wire, coding, settings.max_body_bytes)
     except UnreadableBody as exc:
         metrics.inc("deepmem_requests_total", route=route, status="400")

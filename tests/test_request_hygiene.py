@@ -466,3 +466,84 @@ async def test_compressed_bodies_are_inflated_off_the_event_loop(
         await response.read()
     assert len(threads) == 2
     assert all(thread is not threading.main_thread() for thread in threads)
+
+
+# --- reading the body: whole when its length is known, as it comes when not -----------------
+
+
+async def test_bodies_of_known_and_unknown_length_are_read_whole_and_limited(
+    start_proxy: ProxyFactory, raw_upstream: RawUpstream, client: aiohttp.ClientSession
+) -> None:
+    """``read_wire`` waits for a body of known length to arrive whole, however slowly it
+    comes, and reads a chunked one (no length) as it comes; either, over the limit, is a
+    413 in the provider's shape that reaches no upstream."""
+    proxy = await start_proxy(
+        [mark_first_item], upstream=[f"{raw_upstream.url}/v1"], max_body_mb="1"
+    )
+    url = f"{proxy.url}/v1/chat/completions"
+    big = _chat({"role": "user", "content": "x" * 600_000})
+    wire = json.dumps(big).encode()
+
+    async def trickled(data: bytes) -> AsyncIterator[bytes]:
+        for start in range(0, len(data), 100_000):
+            await asyncio.sleep(0.01)
+            yield data[start : start + 100_000]
+
+    # Known length, sent in pieces with pauses between them.
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(wire))}
+    async with client.post(url, data=trickled(wire), headers=headers) as response:
+        assert response.status == 200
+    # Unknown length: chunked transfer encoding.
+    async with client.post(
+        url, data=trickled(wire), headers={"Content-Type": "application/json"}
+    ) as response:
+        assert response.status == 200
+    assert len(raw_upstream.seen) == 2
+    for _, body in raw_upstream.seen:
+        forwarded = json.loads(body)
+        assert forwarded["messages"][0]["content"] == "rewritten"  # read whole, then rewritten
+        assert forwarded["messages"][1:] == big["messages"][1:]
+    over = json.dumps(_chat({"role": "user", "content": "x" * 1_100_000})).encode()
+    for data, headers in (
+        (over, {"Content-Type": "application/json"}),
+        (trickled(over), {"Content-Type": "application/json"}),
+    ):
+        async with client.post(url, data=data, headers=headers) as response:
+            assert response.status == 413
+            assert "1 MiB" in (await response.json())["error"]["message"]
+    assert len(raw_upstream.seen) == 2
+
+
+async def test_client_leaving_mid_body_ends_the_request_quietly(
+    proxy: RunningProxy, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that announces more bytes than it sends and goes away: the read ends (no
+    request left waiting for bytes that never come), nothing goes upstream, no traceback."""
+    caplog.set_level(logging.DEBUG)
+    port = int(proxy.url.rsplit(":", 1)[1])
+    body = json.dumps(_chat(USER)).encode()
+    for abort in (True, False):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body) + 1000, body)
+        )
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        if abort:
+            writer.transport.abort()
+        else:
+            writer.close()
+        await asyncio.sleep(0.2)
+
+    def handling() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if "RequestHandler" in repr(t.get_coro())]
+
+    for _ in range(100):  # the proxy's request handlers end: none waits for the missing bytes
+        if not handling():
+            break
+        await asyncio.sleep(0.02)
+    assert not handling()
+    assert upstream.requests == []
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+    assert not noisy, [(r.name, r.getMessage()) for r in noisy]
