@@ -76,6 +76,9 @@ class Parsed:
     seen: SeenTexts = field(default_factory=SeenTexts)  # and what was derived from its texts
     written: Written | None = None  # the last body forwarded for the session, rewritten
     walked: Walked | None = None  # what the walk found in the messages (first: the last body's)
+    # How many after ``reused`` are the previous body's next ones again but for their cache
+    # marks (Anthropic's move to the last messages at every step): nothing new to read in them.
+    alike: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +87,13 @@ class Growth:
 
     start: int  # just past the last message repeated from the previous body
     end: int  # just past the last message
+    resent: int = 0  # bytes the previous body's messages after the repeated ones took
 
     @property
     def added(self) -> int:
-        return self.end - self.start
+        """The bytes of messages this body adds, those it sends again changed (the previous
+        body's last ones, with moved cache marks) not counted."""
+        return max(0, self.end - self.start - self.resent)
 
 
 @dataclass(slots=True)
@@ -154,7 +160,8 @@ class BodyCache:
         if reused == 0 or reused < len(kept.ends) - 2:
             return None
         after_messages = len(kept.raw) - kept.ends[-1]
-        return Growth(kept.ends[reused - 1], len(raw) - after_messages)
+        start = kept.ends[reused - 1]
+        return Growth(start, len(raw) - after_messages, kept.ends[-1] - start)
 
     def remember(self, key: tuple[str, str], raw: bytes, parsed: Parsed) -> None:
         """Keep ``raw`` as the session's body to parse the next request against."""
@@ -224,7 +231,33 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes) -> Parsed | None:
         kept.walked,
     )
     _locate(parsed, raw, after, reused)
+    parsed.alike = _alike(kept.messages, messages, reused)
     return parsed
+
+
+def _alike(previous: list[Any], messages: list[Any], first: int) -> int:
+    """How many of ``messages`` from ``first`` on are ``previous``'s again, but for their cache
+    marks (``cache_control``, on the message or its content blocks)."""
+    count = 0
+    for old, new in zip(previous[first:], messages[first:], strict=False):
+        if _unmarked(old) != _unmarked(new):
+            break
+        count += 1
+    return count
+
+
+def _unmarked(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    if isinstance(content, list):
+        content = [
+            {k: v for k, v in block.items() if k != "cache_control"}
+            if isinstance(block, dict)
+            else block
+            for block in content
+        ]
+    return {k: content if k == "content" else v for k, v in message.items() if k != "cache_control"}
 
 
 def write(parsed: Parsed, key: str) -> bytes | None:

@@ -127,10 +127,10 @@ def rewrite_light_step(
     ran) when it is not. A light step is a session's next one: it adds at most
     ``LIGHT_STEP_BYTES`` of messages to its previous request, holds at most
     ``LIGHT_BODY_BYTES`` of them, and begins no user turn (a new turn's memory recall and
-    rewrites are the expensive work) nor sends its turn's first message again changed (the
-    step after a new turn, with Anthropic's moving cache marks: the turn's messages are
-    compressed whole once more) nor brings a tool output large enough to be compressed on
-    arrival. The proxy runs light steps on its event loop."""
+    rewrites are the expensive work) nor brings a tool output large enough to be compressed
+    on arrival. Messages it sends again changed only in their cache marks (Anthropic's, which
+    OpenCode moves to the last messages at every step) count as repeated, not as new. The
+    proxy runs light steps on its event loop."""
     return _rewrite(raw, dialect, headers, addons, clock, opt_out, bodies, light_only=True)
 
 
@@ -151,19 +151,23 @@ def may_be_light_step(
 
 
 def _light(parsed: Parsed, conversation: Conversation, kind: RequestKind) -> bool:
+    """What ``rewrite_light_step`` says, of a parsed body: the messages after those it repeats
+    (and those it sends again but for their cache marks) begin no user turn, hold no output
+    to compress on arrival and are few bytes."""
+    new = parsed.reused + parsed.alike
     return (
         kind not in ONE_OFF_KINDS
         and parsed.reused > 0
         and parsed.ends[-1] <= LIGHT_BODY_BYTES
-        and conversation.last_user_message < parsed.reused
+        and conversation.last_user_message < new
         and not any(
             item.kind is Kind.TOOL_RESULT
-            and item.message >= parsed.reused
+            and item.message >= new
             and isinstance(item.value, str)
             and estimate_tokens(item.value) >= LIGHT_OUTPUT_TOKENS
-            for item in conversation.items[conversation.first_item_of(parsed.reused) :]
+            for item in conversation.items[conversation.first_item_of(new) :]
         )
-        and parsed.ends[-1] - parsed.ends[parsed.reused - 1] <= LIGHT_STEP_BYTES
+        and parsed.ends[-1] - parsed.ends[new - 1] <= LIGHT_STEP_BYTES
     )
 
 

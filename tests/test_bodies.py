@@ -67,13 +67,18 @@ def test_moved_cache_marks_and_a_rewritten_message_reuse_only_what_precedes_them
     bodies.remember(("s", "a"), first, bodies.parse(("s", "a"), ANTHROPIC, first))
     longer = [*messages, *({**m, "cache_control": {"type": "ephemeral"}} for m in messages[4:])]
     second = orjson.dumps({"model": "m", "system": "s", "messages": longer})
+    growth = bodies.growth(("s", "a"), second)
+    assert growth is not None and growth.added == len(second) - len(first)  # not the resent
     parsed = bodies.parse(("s", "a"), ANTHROPIC, second)
     assert parsed.reused == 4 and parsed.body == orjson.loads(second)
+    # The two it sends again lost their marks (the new last two have them): nothing new.
+    assert parsed.alike == 2
     bodies.remember(("s", "a"), second, parsed)
     edited = [*longer[:2], {"role": "user", "content": "changed"}, *longer[3:]]
     third = orjson.dumps({"model": "m", "system": "s", "messages": edited})
     parsed = bodies.parse(("s", "a"), ANTHROPIC, third)
     assert parsed.reused == 2 and parsed.body == orjson.loads(third)
+    assert parsed.alike == 0  # the message after the repeated ones is another text
     shorter = orjson.dumps({"model": "m", "system": "s", "messages": edited[:1]})
     assert bodies.parse(("s", "a"), ANTHROPIC, shorter).body == orjson.loads(shorter)
 
@@ -328,6 +333,78 @@ async def test_light_steps_are_rewritten_on_the_event_loop_and_the_rest_on_worke
     assert where == ["worker", "worker"]
 
 
+async def test_anthropic_steps_with_moved_cache_marks_are_light(
+    start_proxy, upstream, client
+) -> None:
+    """OpenCode moves Anthropic's cache marks to the last two messages at every step, so each
+    step sends the previous step's last messages again, changed in their marks only. They are
+    not new: such a step, the one right after a new user turn too, is rewritten on the event
+    loop; the turn itself, and a step whose resent message is another text, on a worker."""
+    import threading
+
+    from tests.addons import Hook
+
+    where: list[str] = []
+
+    def spy(conversation, flow) -> bool:
+        where.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
+        return False
+
+    proxy = await start_proxy([Hook(spy)], upstream=[f"anthropic={upstream.url}/v1"])
+    messages: list[dict[str, Any]] = []
+    mark = {"type": "ephemeral"}
+
+    def step() -> list[dict[str, Any]]:
+        call = f"toolu_{len(messages)}"
+        return [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": call, "name": "bash", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call, "content": "ok"}],
+            },
+        ]
+
+    def user(text: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [{"type": "text", "text": text}]}]
+
+    async def send() -> None:
+        wire = [dict(m, content=[dict(b) for b in m["content"]]) for m in messages]
+        for message in wire[-2:]:
+            message["content"][-1]["cache_control"] = mark
+        body = orjson.dumps({"model": "m", "max_tokens": 10, "system": "s", "messages": wire})
+        async with client.post(
+            proxy.url + "/anthropic/messages",
+            data=body,
+            headers={"x-session-id": "ses_marks", "anthropic-version": "2023-06-01"},
+        ) as response:
+            assert response.status == 200
+            await response.read()
+
+    plan = [
+        user("first"),  # nothing kept yet: a worker
+        [{"role": "assistant", "content": [{"type": "text", "text": "on it"}]}, *step()[1:]],
+        step(),  # the loop
+        step(),  # the loop
+        user("a new turn"),  # a user turn (memory recall): a worker
+        step(),  # right after it, the turn's message resent with its mark moved: the loop
+        step(),  # the loop
+    ]
+    for added in plan:
+        messages.extend(added)
+        await send()
+    assert where == ["worker", "worker", "loop", "loop", "worker", "loop", "loop"]
+    # The resent tool result is another output now, one large enough to be compressed on
+    # arrival: that is new, whatever its marks.
+    result = messages[-1]["content"][0]
+    messages[-1] = {"role": "user", "content": [{**result, "content": "y" * 12_000}]}
+    messages.extend(step())
+    await send()
+    assert where[-1] == "worker"
+
+
 @pytest.mark.parametrize("session", ["ses_d", "s" * 250])
 async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     start_proxy, upstream, client, session: str
@@ -450,10 +527,11 @@ async def test_a_step_waits_for_its_session_s_deferred_work_or_goes_to_a_worker(
     release.set()
 
 
-def test_the_step_that_sends_its_turn_s_first_message_again_changed_is_not_light() -> None:
+def test_the_step_that_sends_its_turn_s_first_message_again_with_moved_marks_is_light() -> None:
     """With Anthropic's moving cache marks, the step after a new user turn sends the turn's
-    first message again changed, and its turn's messages are compressed whole once more: not
-    on the event loop. The steps before and after it are light."""
+    first message again, changed in its marks only. That step was compressed whole once more
+    and kept off the event loop; it is resumed now (0f73b28), and light like the steps around
+    it. The first message of a session, sent again, repeats nothing: not light."""
     from proxy.pipeline import rewrite_light_step
 
     headers, bodies = {"x-session-id": "ses_marks"}, BodyCache()
@@ -480,10 +558,10 @@ def test_the_step_that_sends_its_turn_s_first_message_again_changed_is_not_light
         return {"role": role, "content": [{"type": "text", "text": text}]}
 
     assert not send(said("user", "task"))  # nothing kept yet
-    assert not send(*step(1))  # the turn's first message comes again changed
+    assert not send(*step(1))  # the only message kept comes again changed: nothing repeated
     assert send(*step(2))
     assert not send(said("assistant", "done"), said("user", "next task"))  # a new turn
-    assert not send(*step(3))  # its first message comes again changed
+    assert send(*step(3))  # its first message comes again, its mark moved
     assert send(*step(4))
     assert send(*step(5))
 
