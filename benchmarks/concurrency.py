@@ -13,7 +13,10 @@ is deepmem's overhead over the control's, for all requests, for those over ~100K
 for the first request of each session. ``--stream`` asks for streamed answers and adds their
 time to first byte; ``--dialect anthropic|responses`` sends the sessions in that wire format
 (``proxy/replay_wire.py``). A line of deepmem's own totals (fail-opens, tokens removed) shows
-it did its work rather than relay.
+it did its work rather than relay, and a second table, from deepmem's ``Server-Timing``, where
+its time went on the requests but each session's first: by where the rewrite ran (the event
+loop, a light step; or a worker), its time before forwarding, the rewrite's own part of it and
+what waited (for the session's turn, a worker or the loop).
 
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
@@ -37,6 +40,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import statistics
 import sys
@@ -350,6 +354,50 @@ def bucket_summary(samples: list[Sample], stream: bool) -> dict[str, Any]:
     return out
 
 
+_PROXY_TIME = re.compile(r"deepmem;dur=([0-9.]+)")
+_REWRITE_TIME = re.compile(r'rewrite;dur=([0-9.]+);desc="(\w+)"')
+
+
+def rewrite_split(samples: list[Sample]) -> dict[str, Any]:
+    """Where deepmem's time went, from its Server-Timing, for the requests but each session's
+    first, by where the rewrite ran (``loop``: a light step; ``worker``): how many, deepmem's
+    overhead over direct (paired, per request), its time before forwarding, the rewrite's own
+    part of that, and the rest (waiting for the session's turn, a worker or the loop)."""
+    found: dict[str, list[tuple[float, float, float]]] = {}
+    overheads: dict[str, list[float]] = {}
+    for sample in samples:
+        if sample.index == 0:
+            continue
+        timing = sample.timings["deepmem"]
+        proxy, rewrite = (
+            _PROXY_TIME.search(timing.server_timing),
+            _REWRITE_TIME.search(timing.server_timing),
+        )
+        if proxy is None or rewrite is None:
+            continue
+        where = rewrite[2]
+        before, own = float(proxy[1]), float(rewrite[1])
+        found.setdefault(where, []).append((before, own, before - own))
+        overheads.setdefault(where, []).append(
+            to_ms(timing.total_ns - sample.timings["direct"].total_ns)
+        )
+
+    def p(values: list[float], q: int) -> float:
+        ordered = sorted(values)
+        return round(ordered[min(len(ordered) - 1, len(ordered) * q // 100)], 2)
+
+    split: dict[str, Any] = {}
+    for where, rows in sorted(found.items()):
+        columns = {"before_forwarding": 0, "rewrite": 1, "waited": 2}
+        split[where] = {"requests": len(rows)} | {
+            f"overhead_{q}": p(overheads[where], int(q[1:])) for q in ("p50", "p95")
+        }
+        for name, column in columns.items():
+            values = [row[column] for row in rows]
+            split[where] |= {f"{name}_p50": p(values, 50), f"{name}_p95": p(values, 95)}
+    return split
+
+
 def summary(result: Run, stream: bool) -> dict[str, Any]:
     members = {
         "all": result.samples,
@@ -370,7 +418,9 @@ def summary(result: Run, stream: bool) -> dict[str, Any]:
     return buckets
 
 
-def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
+def print_table(
+    buckets: dict[str, Any], meta: dict[str, Any], rewrites: dict[str, Any] | None = None
+) -> None:
     print(
         f"deepmem under {meta['sessions']} concurrent sessions: {meta['python']}, "
         f"aiohttp {meta['aiohttp']}, {meta['cpus']} CPUs, loopback, "
@@ -417,6 +467,26 @@ def print_table(buckets: dict[str, Any], meta: dict[str, Any]) -> None:
             f"{b['deepmem']['overhead_p50']:>17.2f}{b['deepmem']['overhead_p95']:>9.2f}"
             f"{_fmt(b['ratio']['p50']):>11}{_fmt(b['ratio']['p95']):>8}  {verdict}"
         )
+    if rewrites:
+        print(
+            "\nwhere deepmem's time went (its Server-Timing), requests but each session's first,"
+            " ms p50 / p95"
+        )
+        header = (
+            f"{'rewritten on':<20}{'n':>6}{'overhead':>18}{'before forwarding':>20}"
+            f"{'rewrite':>18}{'waited':>18}"
+        )
+        print(header)
+        print("-" * len(header))
+        for where, f in rewrites.items():
+            cells = [
+                f"{f[name + '_p50']:.2f} / {f[name + '_p95']:.2f}"
+                for name in ("overhead", "before_forwarding", "rewrite", "waited")
+            ]
+            print(
+                f"{where:<20}{f['requests']:>6}{cells[0]:>18}{cells[1]:>20}"
+                f"{cells[2]:>18}{cells[3]:>18}"
+            )
     if not meta["stream"]:
         return
     print("\ntime to first byte of the streamed answer, ms (p50 / p95)")
@@ -540,11 +610,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0
         ),
     }
-    buckets = summary(result, args.stream)
+    buckets, rewrites = summary(result, args.stream), rewrite_split(result.samples)
     if args.json:
-        print(json.dumps({"meta": meta, "unit": "ms", "buckets": buckets}, indent=2))
+        report = {"meta": meta, "unit": "ms", "buckets": buckets, "rewrites": rewrites}
+        print(json.dumps(report, indent=2))
     else:
-        print_table(buckets, meta)
+        print_table(buckets, meta, rewrites)
     return 0
 
 

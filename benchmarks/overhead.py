@@ -226,6 +226,7 @@ class Timing:
     status: int
     first_byte_ns: int  # to the first bytes of the body (of a stream: its first event)
     total_ns: int  # to the end of the body
+    server_timing: str = ""  # the answer's Server-Timing header (deepmem's own figures)
 
 
 async def fetch(
@@ -239,7 +240,7 @@ async def fetch(
         while await resp.content.readany():
             pass
         total = time.perf_counter_ns() - start
-    return Timing(resp.status, first_byte, total)
+    return Timing(resp.status, first_byte, total, resp.headers.get("Server-Timing", ""))
 
 
 async def timed(session: aiohttp.ClientSession, url: str, body: bytes, ttfb: bool) -> int:

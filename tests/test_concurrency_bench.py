@@ -19,6 +19,7 @@ from benchmarks.concurrency import (
     Sample,
     Setup,
     bucket_summary,
+    rewrite_split,
     session_bodies,
     spread,
     summary,
@@ -106,6 +107,11 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     assert buckets["all"]["goals"] == {"p50": 1.5, "p95": 2.0}
     assert buckets["large"]["goals"] == {"p50": 2.0}
     assert isinstance(buckets["all"]["meets_goals"], bool) and "goals" not in buckets["first"]
+    # where deepmem's time went, from its Server-Timing: every request but the firsts
+    split = report["rewrites"]
+    assert set(split) <= {"loop", "worker"} and sum(f["requests"] for f in split.values()) == 6
+    for figures in split.values():
+        assert 0 < figures["rewrite_p50"] <= figures["before_forwarding_p50"]
 
 
 @needs_control
@@ -234,3 +240,48 @@ def test_think_time_pauses_a_session_between_an_answer_and_its_next_request(
     asyncio.run(concurrency.replay_session(None, urls, {}, 0, [b"a", b"b", b"c"], run, 1000))  # type: ignore[arg-type]
     assert len(slept) == 2 and all(0.5 <= s <= 1.5 for s in slept)
     assert sent == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # a pause before each request but the first
+
+
+def test_rewrite_split_reads_deepmem_s_server_timing_by_where_the_rewrite_ran() -> None:
+    ms = 1_000_000
+
+    def timed(index: int, deepmem_ms: int, header: str) -> Sample:
+        timings = {
+            "direct": Timing(200, ms, 10 * ms),
+            "control": Timing(200, ms, 11 * ms),
+            "deepmem": Timing(200, ms, (10 + deepmem_ms) * ms, header),
+        }
+        return Sample(0, index, 100, timings)
+
+    samples = [
+        timed(0, 50, 'deepmem;dur=40.000;desc="proxy", rewrite;dur=30.000;desc="worker"'),
+        timed(1, 2, 'deepmem;dur=1.500;desc="proxy", rewrite;dur=1.000;desc="loop"'),
+        timed(2, 3, 'deepmem;dur=2.500;desc="proxy", rewrite;dur=2.000;desc="loop"'),
+        timed(3, 9, 'deepmem;dur=8.000;desc="proxy", rewrite;dur=5.000;desc="worker"'),
+        timed(4, 1, 'deepmem;dur=0.500;desc="proxy"'),  # not a rewritten chat request
+    ]
+    split = rewrite_split(samples)
+    assert split == {
+        "loop": {
+            "requests": 2,
+            "overhead_p50": 3.0,
+            "overhead_p95": 3.0,
+            "before_forwarding_p50": 2.5,
+            "before_forwarding_p95": 2.5,
+            "rewrite_p50": 2.0,
+            "rewrite_p95": 2.0,
+            "waited_p50": 0.5,
+            "waited_p95": 0.5,
+        },
+        "worker": {  # the session's first request is left out
+            "requests": 1,
+            "overhead_p50": 9.0,
+            "overhead_p95": 9.0,
+            "before_forwarding_p50": 8.0,
+            "before_forwarding_p95": 8.0,
+            "rewrite_p50": 5.0,
+            "rewrite_p95": 5.0,
+            "waited_p50": 3.0,
+            "waited_p95": 3.0,
+        },
+    }
