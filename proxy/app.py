@@ -364,14 +364,16 @@ def _prepare(
     headers: CIMultiDictProxy[str],
     book: Book,
     light: bool = False,
-) -> Rewrite | None:
-    """The rewrite, on a worker thread (``RewriteRunner``); its book entered, in the
-    session's order, to be counted after the answer. With ``light``, on the event loop, or
-    None (nothing entered) when the step is not a light one after all."""
+) -> tuple[Rewrite | None, float]:
+    """The rewrite, on a worker thread (``RewriteRunner``), and the seconds it took (the
+    rewrite's own part of the proxy's time); its book entered, in the session's order, to be
+    counted after the answer. With ``light``, on the event loop, or None (nothing entered)
+    when the step is not a light one after all."""
+    start = time.perf_counter()
     args = (raw, dialect, headers, state.addons, state.stores.clock, state.opt_out, state.bodies)
     found = rewrite_light_step(*args) if light else rewrite_request(*args)
     if found is None:
-        return None
+        return None, time.perf_counter() - start
     result = found
     model = result.conversation.body.get("model") if result.conversation else None
     book.at = time.time()
@@ -386,20 +388,6 @@ def _prepare(
     )
     rewrite = _RewriteBook(state, result, dialect, len(raw))
     state.sessions.enter(book, rewrite.prepare, rewrite.commit)
-    return result
-
-
-def _timed_prepare(
-    state: ProxyState,
-    raw: bytes,
-    dialect: Dialect,
-    headers: CIMultiDictProxy[str],
-    book: Book,
-    light: bool = False,
-) -> tuple[Rewrite | None, float]:
-    """``_prepare`` and how long it took: the rewrite's own part of the proxy's time."""
-    start = time.perf_counter()
-    result = _prepare(state, raw, dialect, headers, book, light)
     return result, time.perf_counter() - start
 
 
@@ -527,11 +515,11 @@ async def _rewritten(
     result, rewrite_s, rewritten_on = None, 0.0, "loop"
     if _may_be_light(state, session_key, dialect, raw):
         result, rewrite_s = await state.rewrites.run_here(
-            session_key, _timed_prepare, state, raw, dialect, request.headers, book, True
+            session_key, _prepare, state, raw, dialect, request.headers, book, True
         )
     if result is None:
         result, rewrite_s = await state.rewrites.run(
-            session_key, _timed_prepare, state, raw, dialect, request.headers, book
+            session_key, _prepare, state, raw, dialect, request.headers, book
         )
         rewritten_on = "worker"
     assert result is not None
