@@ -358,44 +358,35 @@ _PROXY_TIME = re.compile(r"deepmem;dur=([0-9.]+)")
 _REWRITE_TIME = re.compile(r'rewrite;dur=([0-9.]+);desc="(\w+)"')
 
 
+SPLIT_FIGURES = ("overhead", "before_forwarding", "rewrite", "waited")
+
+
 def rewrite_split(samples: list[Sample]) -> dict[str, Any]:
     """Where deepmem's time went, from its Server-Timing, for the requests but each session's
     first, by where the rewrite ran (``loop``: a light step; ``worker``): how many, deepmem's
     overhead over direct (paired, per request), its time before forwarding, the rewrite's own
     part of that, and the rest (waiting for the session's turn, a worker or the loop)."""
-    found: dict[str, list[tuple[float, float, float]]] = {}
-    overheads: dict[str, list[float]] = {}
+    found: dict[str, dict[str, list[float]]] = {}
     for sample in samples:
-        if sample.index == 0:
-            continue
         timing = sample.timings["deepmem"]
-        proxy, rewrite = (
-            _PROXY_TIME.search(timing.server_timing),
-            _REWRITE_TIME.search(timing.server_timing),
-        )
-        if proxy is None or rewrite is None:
+        proxy = _PROXY_TIME.search(timing.server_timing)
+        rewrite = _REWRITE_TIME.search(timing.server_timing)
+        if sample.index == 0 or proxy is None or rewrite is None:
             continue
-        where = rewrite[2]
         before, own = float(proxy[1]), float(rewrite[1])
-        found.setdefault(where, []).append((before, own, before - own))
-        overheads.setdefault(where, []).append(
-            to_ms(timing.total_ns - sample.timings["direct"].total_ns)
-        )
-
-    def p(values: list[float], q: int) -> float:
-        ordered = sorted(values)
-        return round(ordered[min(len(ordered) - 1, len(ordered) * q // 100)], 2)
-
-    split: dict[str, Any] = {}
-    for where, rows in sorted(found.items()):
-        columns = {"before_forwarding": 0, "rewrite": 1, "waited": 2}
-        split[where] = {"requests": len(rows)} | {
-            f"overhead_{q}": p(overheads[where], int(q[1:])) for q in ("p50", "p95")
+        overhead = to_ms(timing.total_ns - sample.timings["direct"].total_ns)
+        figures = found.setdefault(rewrite[2], {name: [] for name in SPLIT_FIGURES})
+        for name, value in zip(SPLIT_FIGURES, (overhead, before, own, before - own), strict=True):
+            figures[name].append(value)
+    return {
+        where: {"requests": len(figures["overhead"])}
+        | {
+            f"{name}_p{q}": round(percentile(values, q), 2)
+            for name, values in figures.items()
+            for q in (50, 95)
         }
-        for name, column in columns.items():
-            values = [row[column] for row in rows]
-            split[where] |= {f"{name}_p50": p(values, 50), f"{name}_p95": p(values, 95)}
-    return split
+        for where, figures in sorted(found.items())
+    }
 
 
 def summary(result: Run, stream: bool) -> dict[str, Any]:
@@ -468,48 +459,59 @@ def print_table(
             f"{_fmt(b['ratio']['p50']):>11}{_fmt(b['ratio']['p95']):>8}  {verdict}"
         )
     if rewrites:
-        print(
+        _print_pairs(
             "\nwhere deepmem's time went (its Server-Timing), requests but each session's first,"
-            " ms p50 / p95"
+            " ms p50 / p95",
+            "rewritten on",
+            [("overhead", 18), ("before forwarding", 20), ("rewrite", 18), ("waited", 18)],
+            [
+                (
+                    where,
+                    f["requests"],
+                    [f"{f[name + '_p50']:.2f} / {f[name + '_p95']:.2f}" for name in SPLIT_FIGURES],
+                )
+                for where, f in rewrites.items()
+            ],
         )
-        header = (
-            f"{'rewritten on':<20}{'n':>6}{'overhead':>18}{'before forwarding':>20}"
-            f"{'rewrite':>18}{'waited':>18}"
-        )
-        print(header)
-        print("-" * len(header))
-        for where, f in rewrites.items():
-            cells = [
-                f"{f[name + '_p50']:.2f} / {f[name + '_p95']:.2f}"
-                for name in ("overhead", "before_forwarding", "rewrite", "waited")
-            ]
-            print(
-                f"{where:<20}{f['requests']:>6}{cells[0]:>18}{cells[1]:>20}"
-                f"{cells[2]:>18}{cells[3]:>18}"
-            )
     if not meta["stream"]:
         return
-    print("\ntime to first byte of the streamed answer, ms (p50 / p95)")
-    header = (
-        f"{'requests':<20}{'n':>6}{'direct':>20}{'control':>20}{'deepmem':>20}"
-        f"{'ratio (ovh)':>20}{'deepmem/direct':>20}"
-    )
-    print(header)
-    print("-" * len(header))
+    rows = []
     for name, label in BUCKETS.items():
         b = buckets[name]
         if not b["requests"]:
             continue
-        cells = [f"{b[t]['ttfb_p50']:.2f} / {b[t]['ttfb_p95']:.2f}" for t in ("direct", *PROXIES)]
         ratio = b["ratio"]
-        over_control = f"{_fmt(ratio['ttfb_p50'])} / {_fmt(ratio['ttfb_p95'])}"
-        over_direct = (
+        cells = [f"{b[t]['ttfb_p50']:.2f} / {b[t]['ttfb_p95']:.2f}" for t in ("direct", *PROXIES)]
+        cells.append(f"{_fmt(ratio['ttfb_p50'])} / {_fmt(ratio['ttfb_p95'])}")
+        cells.append(
             f"{_fmt(ratio['ttfb_p50_over_direct'])} / {_fmt(ratio['ttfb_p95_over_direct'])}"
         )
-        print(
-            f"{label:<20}{b['requests']:>6}{''.join(f'{c:>20}' for c in cells)}"
-            f"{over_control:>20}{over_direct:>20}"
-        )
+        rows.append((label, b["requests"], cells))
+    columns = ["direct", "control", "deepmem", "ratio (ovh)", "deepmem/direct"]
+    _print_pairs(
+        "\ntime to first byte of the streamed answer, ms (p50 / p95)",
+        "requests",
+        [(column, 20) for column in columns],
+        rows,
+    )
+
+
+def _print_pairs(
+    title: str,
+    first: str,
+    columns: list[tuple[str, int]],
+    rows: list[tuple[str, int, list[str]]],
+) -> None:
+    """A table of ``p50 / p95`` cells: its title, a header of ``columns`` (name, width) after
+    the rows' label and count, and each row."""
+    print(title)
+    header = f"{first:<20}{'n':>6}" + "".join(f"{name:>{width}}" for name, width in columns)
+    print(header)
+    print("-" * len(header))
+    for label, count, cells in rows:
+        widths = [width for _, width in columns]
+        line = "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+        print(f"{label:<20}{count:>6}{line}")
 
 
 def _fmt(ratio: float | None) -> str:
