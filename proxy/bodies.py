@@ -38,7 +38,7 @@ import orjson
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
 from compressors.view import EditMemo, Walked
-from compressors.wire import WireFormat
+from compressors.wire import WireFormat, without_cache_marks
 
 MAX_SESSIONS = 64
 MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
@@ -250,24 +250,10 @@ def _alike(previous: list[Any], messages: list[Any], first: int) -> int:
     marks (``cache_control``, on the message or its content blocks)."""
     count = 0
     for old, new in zip(previous[first:], messages[first:], strict=False):
-        if _unmarked(old) != _unmarked(new):
+        if without_cache_marks(old) != without_cache_marks(new):
             break
         count += 1
     return count
-
-
-def _unmarked(message: Any) -> Any:
-    if not isinstance(message, dict):
-        return message
-    content = message.get("content")
-    if isinstance(content, list):
-        content = [
-            {k: v for k, v in block.items() if k != "cache_control"}
-            if isinstance(block, dict)
-            else block
-            for block in content
-        ]
-    return {k: content if k == "content" else v for k, v in message.items() if k != "cache_control"}
 
 
 def write(parsed: Parsed, key: str) -> bytes | None:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from compressors.view import Dialect
+from compressors.wire import without_cache_marks
 
 JsonObject = dict[str, Any]
 DIALECTS: dict[str, Dialect] = {
@@ -402,19 +403,11 @@ def to_chat(dialect: str, body: JsonObject) -> list[JsonObject]:
     return list(body.get("messages") or ())
 
 
-def _without_cache_control(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_without_cache_control(v) for v in value]
-    return value
-
-
 def payload(dialect: str, body: JsonObject) -> list[Any]:
     """What the provider tokenises, one entry per wire message (the system part first)."""
     if dialect == "anthropic":
         head = [{"system": body["system"]}] if "system" in body else []
-        return _without_cache_control(head + list(body.get("messages") or ()))
+        return without_cache_marks(head + list(body.get("messages") or ()))
     if dialect == "responses":
         head = [{"instructions": body["instructions"]}] if "instructions" in body else []
         return head + list(body.get("input") or ())

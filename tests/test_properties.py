@@ -39,7 +39,7 @@ from compressors.pipeline import (
 )
 from compressors.tokens import estimate_tokens
 from compressors.view import Conversation, Dialect, Item, Kind, Role
-from compressors.wire import parse_conversation
+from compressors.wire import parse_conversation, without_cache_marks
 from memory.ccr import OriginalStore
 from memory.db import open_database
 from proxy.addons import build_addons
@@ -328,23 +328,8 @@ def sent_forms(sent: Sent) -> dict[int, bytes]:
     for index in range(len(sent.request[key])):
         if sent.dialect is Dialect.OPENAI_RESPONSES and index in gone:
             continue
-        forms[index] = dumps(_unmarked(sent.body[key][output_index(sent, index)]))
+        forms[index] = dumps(without_cache_marks(sent.body[key][output_index(sent, index)]))
     return forms
-
-
-def _unmarked(message: Any) -> Any:
-    if not isinstance(message, dict):
-        return message
-    message = {k: v for k, v in message.items() if k != "cache_control"}
-    content = message.get("content")
-    if isinstance(content, list):
-        message["content"] = [
-            {k: v for k, v in block.items() if k != "cache_control"}
-            if isinstance(block, dict)
-            else block
-            for block in content
-        ]
-    return message
 
 
 # --- minimal sessions that showed bugs these properties found; replayed on every run --------

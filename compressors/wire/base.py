@@ -114,6 +114,16 @@ def text_parts(
         raise UnrecognisedBody(f"{key!r} of {where(message)} is neither text nor a list of parts")
 
 
+def without_cache_marks(value: Any) -> Any:
+    """``value`` with every ``cache_control`` key left out, at any depth: what a message says,
+    apart from the prompt-cache breakpoints a client moves from request to request."""
+    if isinstance(value, dict):
+        return {k: without_cache_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_cache_marks(v) for v in value]
+    return value
+
+
 def message_object(index: int, message: object) -> JsonObject:
     if not isinstance(message, dict):
         raise UnrecognisedBody(f"message {index} is not an object")

@@ -9,7 +9,14 @@ import orjson
 import pytest
 
 from compressors.view import Dialect
-from compressors.wire import FORMATS, Usage, chat_dialect, read_usage, usage_markers
+from compressors.wire import (
+    FORMATS,
+    Usage,
+    chat_dialect,
+    read_usage,
+    usage_markers,
+    without_cache_marks,
+)
 from compressors.wire.base import WireFormat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +83,27 @@ def test_nothing_outside_the_wire_formats_branches_on_the_dialect() -> None:
             for line in _branches_on_a_dialect(ast.parse(path.read_text(encoding="utf-8"))):
                 offenders.append(f"{path.relative_to(ROOT)}:{line}")
     assert offenders == []
+
+
+def test_without_cache_marks_leaves_out_every_breakpoint_and_nothing_else() -> None:
+    mark = {"type": "ephemeral"}
+    nested = [{"type": "text", "text": "b", "cache_control": mark}]
+    message = {
+        "role": "user",
+        "cache_control": mark,
+        "content": [
+            {"type": "text", "text": "a", "cache_control": mark},
+            {"type": "tool_result", "content": nested},
+            "plain",
+        ],
+    }
+    assert without_cache_marks(message) == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "a"},
+            {"type": "tool_result", "content": [{"type": "text", "text": "b"}]},
+            "plain",
+        ],
+    }
+    assert message["cache_control"] is mark  # the message itself is not changed
+    assert without_cache_marks("text") == "text"
