@@ -96,6 +96,9 @@ class UpstreamPool:
             )
             self._sessions[upstream.name] = aiohttp.ClientSession(
                 connector=connector,
+                # No jar: a cookie the upstream sets goes to the client that asked, and never
+                # with another client's request.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=timeout,
                 auto_decompress=False,
                 skip_auto_headers=self.SKIP_AUTO_HEADERS,

@@ -165,6 +165,33 @@ async def test_response_headers_relayed_and_timing_added(proxy, upstream, client
         assert await response.json() == {"ok": True}
 
 
+async def test_upstream_cookies_are_never_kept_nor_sent_with_other_requests(
+    start_proxy, upstream, client
+):
+    """The proxy relays ``Set-Cookie`` to the client that got it, and keeps no cookie jar of
+    its own: one client's cookies (a provider's load-balancer or bot-check cookies) must not
+    go upstream with another's requests. The upstream is named ``localhost``: a client jar
+    keeps cookies of a host name, not of a bare IP address."""
+
+    async def sets_cookie(request: web.Request, body: bytes) -> web.StreamResponse:
+        response = web.json_response({"ok": True})
+        response.headers.add("Set-Cookie", "affinity=client-a; Path=/")
+        return response
+
+    upstream.handler = sets_cookie
+    port = URL(upstream.url).port
+    proxy = await start_proxy(upstream=[f"http://localhost:{port}/v1"])
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as first:
+        async with first.get(proxy.url + "/v1/models") as response:
+            assert response.headers.getall("Set-Cookie") == ["affinity=client-a; Path=/"]
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as second:
+        async with second.get(proxy.url + "/v1/models") as response:
+            assert response.status == 200
+        async with second.get(proxy.url + "/v1/models", headers={"Cookie": "own=b"}) as response:
+            assert response.status == 200
+    assert [seen.headers_named("Cookie") for seen in upstream.requests] == [[], [], ["own=b"]]
+
+
 @pytest.mark.parametrize("status", [400, 401, 429, 500, 529])
 async def test_upstream_errors_relayed_as_they_are(proxy, upstream, client, status):
     error = orjson.dumps({"error": {"message": f"upstream says {status}", "type": "x"}})
