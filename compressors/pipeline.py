@@ -746,6 +746,7 @@ class Trail:
     tokens_after: int
     originals: dict[str, str]
     changes: list[Change]  # as a later request reports them
+    named: set[str]  # the keys those changes name
     recurring: Counter[str]  # what every request counts again (reasoning, reminders dropped)
     kept_in_full: list[_Candidate]
     changed: bool
@@ -804,22 +805,35 @@ def _trail(
     # A resumed result's changes begin with the earlier trail's, already as reported later.
     earlier_changes = [] if earlier is None else earlier.changes
     end = len(settled.before)
-    changes = earlier_changes + [
+    added = result.changes[len(earlier_changes) :]
+    kept = [
         replace(change, new=False) if change.new and change.kind in _DECIDED else change
-        for change in result.changes[len(earlier_changes) :]
+        for change in added
         if change.message < end
     ]
+    changes = earlier_changes + kept
+    # The earlier trail is this request's alone: its set is added to.
+    named = set() if earlier is None else earlier.named
+    named.update(change.key for change in kept if change.key is not None)
     tokens_before, tokens_after = result.tokens_before, result.tokens_after
     originals, kept_in_full, changed = result.originals, result.kept_in_full, result.changed
-    left_out = len(earlier_changes) + len(result.changes) - len(changes)
+    left_out = len(added) - len(kept)
     if unsettled or left_out:
         tokens_before -= sum(c.tokens for c in unsettled)
         tokens_after -= sum(estimate_tokens(c.item.value) for c in unsettled)
         kept_in_full = [c for c in kept_in_full if c.position < settled.items]
         if left_out:
-            # Every original and every change comes with a change that names it.
-            named = {change.key for change in changes if change.key is not None}
-            originals = {key: text for key, text in originals.items() if key in named}
+            # Every original comes with a change that names it: those that only the changes
+            # left out name go (looked up by the few keys those name, not the session's all).
+            gone = {
+                change.key
+                for change in added
+                if change.message >= end and change.key is not None and change.key not in named
+            }
+            if gone:
+                originals = dict(originals)
+                for key in gone:
+                    originals.pop(key, None)
             changed = bool(changes) or bool(+recurring)
     if earlier is not None:
         pending_tokens += earlier.pending_tokens
@@ -842,6 +856,7 @@ def _trail(
         tokens_after,
         originals,
         changes,
+        named,
         recurring,
         kept_in_full,
         changed,

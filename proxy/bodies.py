@@ -31,6 +31,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 import orjson
@@ -248,12 +250,12 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
 def _alike(previous: list[Any], messages: list[Any], first: int) -> int:
     """How many of ``messages`` from ``first`` on are ``previous``'s again, but for their cache
     marks (``cache_control``, on the message or its content blocks)."""
-    count = 0
+    alike = 0
     for old, new in zip(previous[first:], messages[first:], strict=False):
         if without_cache_marks(old) != without_cache_marks(new):
             break
-        count += 1
-    return count
+        alike += 1
+    return alike
 
 
 def write(parsed: Parsed, key: str) -> bytes | None:
@@ -281,10 +283,7 @@ def write(parsed: Parsed, key: str) -> bytes | None:
         last = parsed.written
         same = 0
         if last is not None and last.head == head:
-            previous = last.messages
-            limit = min(len(messages), len(previous))
-            while same < limit and messages[same] is previous[same]:
-                same += 1
+            same = _same_objects(messages, last.messages)
         ends = last.ends[:same] if last is not None and same else []
         chunks: list[bytes | memoryview] = [
             memoryview(last.data)[: ends[-1]] if last is not None and same else head
@@ -304,6 +303,13 @@ def write(parsed: Parsed, key: str) -> bytes | None:
     data = b"".join(chunks)
     parsed.written = Written(head, list(messages), data, ends)
     return data
+
+
+def _same_objects(messages: list[Any], previous: list[Any]) -> int:
+    """How many of ``messages`` are ``previous``'s, object for object, from the first on (a
+    scan in C: a long session's body holds a thousand messages)."""
+    limit = min(len(messages), len(previous))
+    return next(compress(count(), map(is_not, messages, previous)), limit)
 
 
 def _repeated(kept: _Kept, raw: bytes) -> int:
