@@ -181,9 +181,11 @@ async def test_upstream_cookies_are_never_kept_nor_sent_with_other_requests(
     upstream.handler = sets_cookie
     port = URL(upstream.url).port
     proxy = await start_proxy(upstream=[f"http://localhost:{port}/v1"])
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as first:
-        async with first.get(proxy.url + "/v1/models") as response:
-            assert response.headers.getall("Set-Cookie") == ["affinity=client-a; Path=/"]
+    async with (
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as first,
+        first.get(proxy.url + "/v1/models") as response,
+    ):
+        assert response.headers.getall("Set-Cookie") == ["affinity=client-a; Path=/"]
     async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as second:
         async with second.get(proxy.url + "/v1/models") as response:
             assert response.status == 200
