@@ -165,9 +165,7 @@ async def test_response_headers_relayed_and_timing_added(proxy, upstream, client
         assert await response.json() == {"ok": True}
 
 
-async def test_upstream_cookies_are_never_kept_nor_sent_with_other_requests(
-    start_proxy, upstream, client
-):
+async def test_upstream_cookies_are_never_kept_nor_sent_with_other_requests(start_proxy, upstream):
     """The proxy relays ``Set-Cookie`` to the client that got it, and keeps no cookie jar of
     its own: one client's cookies (a provider's load-balancer or bot-check cookies) must not
     go upstream with another's requests. The upstream is named ``localhost``: a client jar
