@@ -412,14 +412,16 @@ class Rendered:
         return with_cache_marks(body, self.list_key, self.cache_marks)
 
 
-EPHEMERAL = {"type": "ephemeral"}
+def _ephemeral() -> JsonObject:
+    """A cache mark of its own: a test may edit the request it is in."""
+    return {"type": "ephemeral"}
 
 
 def with_cache_marks(body: JsonObject, list_key: str, count: int = 2) -> JsonObject:
     """``body`` as OpenCode sends Anthropic requests: a cache mark on the last block of each of
     its last ``count`` messages (on the message itself where its content is not a list of
-    blocks), so those messages come again without it in the next request. Those messages are
-    new containers; the rest is ``body``'s."""
+    blocks), so those messages come again without it in the next request. Those messages and
+    their marks are new containers; the rest is ``body``'s."""
     if not count:
         return body
     messages = body[list_key] = list(body[list_key])
@@ -427,9 +429,9 @@ def with_cache_marks(body: JsonObject, list_key: str, count: int = 2) -> JsonObj
         message = messages[index] = dict(messages[index])
         content = message.get("content")
         if isinstance(content, list) and content and isinstance(content[-1], dict):
-            message["content"] = [*content[:-1], {**content[-1], "cache_control": EPHEMERAL}]
+            message["content"] = [*content[:-1], {**content[-1], "cache_control": _ephemeral()}]
         else:
-            message["cache_control"] = EPHEMERAL
+            message["cache_control"] = _ephemeral()
     return body
 
 

@@ -34,7 +34,7 @@ from proxy.stores import open_stores
 from tests.addons import Hook
 from tests.conftest import ProxyFactory, RunningProxy
 from tests.fake_upstream import FakeUpstream
-from tests.strategies import render, sessions
+from tests.strategies import render, sessions, with_cache_marks
 
 HEADERS = {"x-session-id": "hygiene"}
 
@@ -190,6 +190,16 @@ def wrong_shaped_bodies(draw: st.DrawFn) -> tuple[Dialect, bytes]:
         elif value is not DELETE:
             holder[path[-1]] = copy.deepcopy(value)
     return rendered.dialect, json.dumps(body).encode()
+
+
+def test_a_cache_mark_edited_in_one_request_is_not_in_the_next() -> None:
+    """``wrong_shaped_bodies`` edits the values of a rendered request, cache marks among them:
+    they were one shared module-level dict, so an edit changed every later rendering (and
+    Hypothesis failed the strategy as flaky, drawing differently on the same choices)."""
+    marked = with_cache_marks({"messages": [{"role": "user", "content": "a"}]}, "messages", 1)
+    marked["messages"][0]["cache_control"]["type"] = 5
+    again = with_cache_marks({"messages": [{"role": "user", "content": "a"}]}, "messages", 1)
+    assert again["messages"][0]["cache_control"] == {"type": "ephemeral"}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
