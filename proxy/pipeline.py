@@ -49,6 +49,8 @@ REWRITE_WORKERS = 4
 # How long a step waits for its session's deferred work a worker has begun (it takes a few ms;
 # one stuck on a busy database must not hold the step): then the step goes to a worker.
 DEFERRED_WAIT_SECONDS = 0.25
+# Sessions whose finished deferred work is remembered before it is looked through.
+DEFERRED_PRUNE_SESSIONS = 256
 # How long a thread that wants the GIL waits before the running one must hand it over
 # (Python's default is 5 ms). With rewrites running Python code on worker threads, the event
 # loop needs the GIL back for every chunk it relays; at 5 ms, a few busy workers delayed a
@@ -297,7 +299,10 @@ class RewriteRunner:
     def __init__(self, workers: int = REWRITE_WORKERS) -> None:
         self._workers = Workers(workers, "deepmem-rewrite")
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, requests holding/waiting
-        self._deferred: dict[str, set[Future[None]]] = {}  # not finished, per session
+        # Per session, its deferred work: taken by its next request (``_take_turn``); what
+        # has finished meanwhile stays until then, or until ``_prune``.
+        self._deferred: dict[str, set[Future[None]]] = {}
+        self._prune_at = DEFERRED_PRUNE_SESSIONS
 
     async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, after the session's earlier requests.
@@ -379,19 +384,22 @@ class RewriteRunner:
             return
         if session_key is None:
             return
-        # Cancelled directly (at once, so a worker can no longer take it); forgotten on the
-        # event loop once done.
+        # Cancelled directly (at once, so a worker can no longer take it). Nothing is called
+        # back on the event loop when it is done: that was a wake-up of the loop and two
+        # callbacks on it for every request.
         self._deferred.setdefault(session_key, set()).add(submitted)
-        asyncio.wrap_future(submitted).add_done_callback(
-            lambda _: self._forget_deferred(session_key, submitted)
-        )
+        if len(self._deferred) > self._prune_at:
+            self._prune()
 
-    def _forget_deferred(self, key: str, done: Future[None]) -> None:
-        pending = self._deferred.get(key)
-        if pending is not None:
-            pending.discard(done)
-            if not pending:
-                del self._deferred[key]
+    def _prune(self) -> None:
+        """Forget the sessions whose deferred work has all finished (sessions that sent no
+        request since); at most as often as the sessions remembered double."""
+        self._deferred = {
+            key: futures
+            for key, futures in self._deferred.items()
+            if not all(future.done() for future in futures)
+        }
+        self._prune_at = max(DEFERRED_PRUNE_SESSIONS, 2 * len(self._deferred))
 
     async def finish_started(self, session_key: str | None) -> None:
         """Wait (the event loop free meanwhile) for the session's deferred work that a worker
@@ -406,7 +414,7 @@ class RewriteRunner:
         started = [
             asyncio.wrap_future(future)
             for future in self._deferred.get(session_key, ())
-            if future.running() or workers.starts_soon(future)
+            if future.running() or (not future.done() and workers.starts_soon(future))
         ]
         if started:
             await asyncio.wait(started, timeout=DEFERRED_WAIT_SECONDS)

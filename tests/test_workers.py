@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -180,3 +181,54 @@ async def test_deferred_work_offered_after_close_is_dropped_quietly() -> None:
     runner.run_after("s", [lambda: None])  # a request answered while the proxy stops
     with pytest.raises(RuntimeError, match="closed"):
         await runner.run("s", lambda: None)
+
+
+async def test_finished_deferred_work_calls_nothing_back_on_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 16: a request's deferred work finishing woke the event loop (a thread-safe call
+    back, two callbacks on the loop) only to forget it; it is forgotten by the session's
+    next request instead."""
+    loop = asyncio.get_running_loop()
+    woken: list[object] = []
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        woken.append(args[0])
+        return call_soon_threadsafe(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    runner = RewriteRunner(workers=1)
+    done = threading.Event()
+    try:
+        runner.run_after("s", [done.set])
+        for _ in range(1000):  # polled: waiting on a thread would call back itself
+            if done.is_set() and not runner.deferring("s"):
+                break
+            await asyncio.sleep(0.01)
+        assert done.is_set()
+        assert not runner.deferring("s")
+        assert woken == []
+        await runner.run("s", lambda: None)  # its next request forgets it
+        assert not runner._deferred
+    finally:
+        runner.close()
+
+
+async def test_sessions_with_finished_deferred_work_are_not_remembered_without_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("proxy.pipeline.DEFERRED_PRUNE_SESSIONS", 8)
+    runner = RewriteRunner(workers=1)
+    try:
+        for n in range(100):
+            finished = threading.Event()
+            runner.run_after(f"s{n}", [finished.set])  # a session never heard of again
+            assert await asyncio.to_thread(finished.wait, 10)
+            for _ in range(100):  # the job is done once its future is
+                if not runner.deferring(f"s{n}"):
+                    break
+                await asyncio.sleep(0.001)
+        assert len(runner._deferred) <= 2 * 8 + 1
+    finally:
+        runner.close()
