@@ -16,7 +16,9 @@ time to first byte; ``--dialect anthropic|responses`` sends the sessions in that
 it did its work rather than relay, and a second table, from deepmem's ``Server-Timing``, where
 its time went on the requests but each session's first: by where the rewrite ran (the event
 loop, a light step; or a worker), its time before forwarding, the rewrite's own part of it and
-what waited (for the session's turn, a worker or the loop).
+what waited (for the session's turn, a worker or the loop). A line of each proxy's CPU time
+per request (its event loop's and all its threads', from ``/proc``) gives a figure that the
+machine's other work moves far less than the times.
 
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
@@ -59,6 +61,7 @@ from benchmarks.overhead import (
     LARGE_BODY_BYTES,
     Timing,
     children,
+    cpu_seconds,
     fetch,
     free_port,
     percentile,
@@ -131,6 +134,9 @@ class Run:
     # What deepmem's memory search ranks by (its /health): the embedding model, when installed
     # in its environment, is much of its time under load, so runs are compared only alike.
     memory_search: str = ""
+    # Each proxy's CPU time per request sent to it, in ms, over the replay: its event loop's
+    # ("loop") and all its threads' ("all"); empty where /proc is not there to read.
+    cpu_ms: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def mean_sessions_active(self) -> float:
@@ -254,6 +260,8 @@ async def run(setup: Setup) -> Run:
                     client, urls, setup.headers, list(itertools.chain.from_iterable(bodies))
                 )
                 result = Run()
+                measured = {"control": relay.pid, "deepmem": proxy.pid}
+                cpu_before = {name: cpu_seconds(pid) for name, pid in measured.items()}
                 started = time.perf_counter()
                 await asyncio.gather(
                     *(
@@ -270,6 +278,14 @@ async def run(setup: Setup) -> Run:
                     )
                 )
                 result.wall_s = time.perf_counter() - started
+                sent = sum(map(len, bodies))
+                for name, pid in measured.items():
+                    before, after = cpu_before[name], cpu_seconds(pid)
+                    if before is not None and after is not None and sent:
+                        result.cpu_ms[name] = {
+                            "loop": round((after[0] - before[0]) * 1000 / sent, 3),
+                            "all": round((after[1] - before[1]) * 1000 / sent, 3),
+                        }
                 result.deepmem = await deepmem_totals(client, origins["deepmem"])
                 result.memory_search = await memory_search(client, origins["deepmem"])
     return result
@@ -431,6 +447,15 @@ def print_table(
         + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in meta["deepmem"].items())
         + f"; memory search {meta['memory_search']}"
     )
+    cpu = meta["cpu_ms_per_request"]
+    if cpu:
+        print(
+            "CPU ms per request (process time: steadier than wall time on a shared machine): "
+            + "; ".join(
+                f"{name} event loop {used['loop']:.3f}, all threads {used['all']:.3f}"
+                for name, used in cpu.items()
+            )
+        )
     print(
         "times in ms; overhead = proxy p - direct p at the same percentile; "
         "ratio = deepmem overhead / control overhead"
@@ -607,6 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mean_sessions_active": round(result.mean_sessions_active, 1),
         "deepmem": result.deepmem,
         "memory_search": result.memory_search,
+        "cpu_ms_per_request": result.cpu_ms,
         "requests_per_s": round(requests / result.wall_s, 2) if result.wall_s else 0.0,
         "http_requests_per_s": (
             round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0

@@ -177,6 +177,24 @@ def children(
         yield procs
 
 
+def cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """CPU seconds (user and system) a process has used: its first thread's (for a proxy,
+    the event loop's) and all its threads', from ``/proc``; None where there is none. Process
+    time moves far less than wall time with whatever else shares the machine."""
+    try:
+        first = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        whole = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used(stat: str) -> float:
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    return used(first), used(whole)
+
+
 @contextlib.contextmanager
 def processes(commands: Sequence[Sequence[str]]) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Each command as a child process, started in order, ended in reverse order on exit."""

@@ -24,7 +24,7 @@ from benchmarks.concurrency import (
     spread,
     summary,
 )
-from benchmarks.overhead import Timing
+from benchmarks.overhead import Timing, cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_control = pytest.mark.skipif(not CONTROL.is_file(), reason=f"no control proxy at {CONTROL}")
@@ -75,6 +75,13 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
     deepmem = meta["deepmem"]
     assert deepmem["requests"] == deepmem["answers_read"] > 9
     assert deepmem["errors"] == deepmem["fail_opens"] == 0 and deepmem["tokens_removed"] > 0
+    # each proxy's CPU time per request: its event loop's part of all its threads'
+    if Path("/proc/self/stat").exists():
+        cpu = meta["cpu_ms_per_request"]
+        assert set(cpu) == {"control", "deepmem"}
+        for used in cpu.values():
+            assert 0 <= used["loop"] <= used["all"]
+        assert cpu["deepmem"]["all"] > 0
     # the embedding model is in the test environment (the [test] extra), so deepmem used it
     assert meta["memory_search"].startswith("bm25+"), meta["memory_search"]
     # sessions 0 and 2 replay the big transcript, session 1 the small one
@@ -285,3 +292,14 @@ def test_rewrite_split_reads_deepmem_s_server_timing_by_where_the_rewrite_ran() 
             "waited_p95": 3.0,
         },
     }
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc")
+def test_cpu_seconds_are_the_first_thread_s_part_of_the_process_s() -> None:
+    before = cpu_seconds(os.getpid())
+    assert before is not None
+    sum(i * i for i in range(2_000_000))  # some CPU time on this, the first, thread
+    after = cpu_seconds(os.getpid())
+    assert after is not None
+    assert after[0] > before[0] and after[1] >= after[0] > 0
+    assert cpu_seconds(2**22 + 12345) is None  # no such process
