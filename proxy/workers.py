@@ -28,6 +28,12 @@ class Priority(enum.Enum):
     DEFERRED = "deferred"  # taken when no request waits
 
 
+def _released() -> None:
+    """What a job holds once a worker has taken it or it was cancelled: a deferred job's
+    future (and with it the job, through its callback) may be kept after it is done
+    (``RewriteRunner.run_after``), but not the request's outputs its work held."""
+
+
 @dataclass(slots=True, eq=False)
 class _Job:
     future: Future[Any]
@@ -78,6 +84,7 @@ class Workers:
     def _let_go(self, job: _Job, future: Future[Any]) -> None:
         """A deferred job cancelled while it waited leaves the queue at once."""
         if future.cancelled():
+            job.work = _released
             with self._ready:
                 if job in self._deferred:
                     self._deferred.remove(job)
@@ -96,6 +103,7 @@ class Workers:
                 self._busy += 1
                 busy = True
             future, work = job.future, job.work
+            job.work = _released  # the future's callback keeps the job, not what it runs
             del job
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while it waited

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -232,3 +234,46 @@ async def test_sessions_with_finished_deferred_work_are_not_remembered_without_b
         assert len(runner._deferred) <= 2 * 8 + 1
     finally:
         runner.close()
+
+
+class _Outputs:
+    """Deferred work holding what a request parsed (its outputs), as a flow's jobs do."""
+
+    def __init__(self) -> None:
+        self.ran = threading.Event()
+
+    def __call__(self) -> None:
+        self.ran.set()
+
+
+def test_a_kept_future_does_not_keep_what_its_job_held() -> None:
+    """Regression (7f24317 keeps a session's finished deferred futures until its next request):
+    the future's callback holds the job, so a job done or cancelled lets go of its work."""
+    pool = Workers(1, "test")
+    try:
+        work = _Outputs()
+        gone = weakref.ref(work)
+        done = pool.submit(work, Priority.DEFERRED)
+        assert work.ran.wait(10)
+        done.result(10)
+        del work
+        for _ in range(500):  # the worker drops its own reference just after the result
+            gc.collect()
+            if gone() is None:
+                break
+            threading.Event().wait(0.01)
+        assert gone() is None and done.done()
+
+        hold = Hold()
+        pool.submit(hold, Priority.REQUEST)
+        assert hold.started.wait(10)
+        waiting_work = _Outputs()
+        gone = weakref.ref(waiting_work)
+        waiting = pool.submit(waiting_work, Priority.DEFERRED)
+        assert waiting.cancel()
+        del waiting_work
+        gc.collect()
+        assert gone() is None and waiting.cancelled()
+        hold.release.set()
+    finally:
+        pool.close()
