@@ -18,7 +18,7 @@ its time went on the requests but each session's first: by where the rewrite ran
 loop, a light step; or a worker), its time before forwarding, the rewrite's own part of it and
 what waited (for the session's turn, a worker or the loop). A line of each proxy's CPU time
 per request (its event loop's and all its threads', from ``/proc``) gives a figure that the
-machine's other work moves far less than the times.
+machine's other work moves less than the times.
 
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session

@@ -180,7 +180,7 @@ def children(
 def cpu_seconds(pid: int) -> tuple[float, float] | None:
     """CPU seconds (user and system) a process has used: its first thread's (for a proxy,
     the event loop's) and all its threads', from ``/proc``; None where there is none. Process
-    time moves far less than wall time with whatever else shares the machine."""
+    time moves less than wall time with whatever else shares the machine."""
     try:
         first = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
         whole = Path(f"/proc/{pid}/stat").read_text()
