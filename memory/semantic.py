@@ -58,9 +58,10 @@ MEMORY_CACHE = 50_000  # vectors kept in memory (2 KB each)
 # are found by words alone until then. The first index (start-up) embeds everything.
 INLINE_ENTRIES = 2
 BATCH = 1
-# OpenBLAS's idle threads wait 2^4 cycles, its least, before they sleep (``_quiet_blas_threads``).
-BLAS_TIMEOUT_VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
-BLAS_THREAD_TIMEOUT = "4"
+# How numpy's OpenBLAS is set up before it loads, unless the user set these (``_quiet_blas``):
+# one thread, and, where a user asks for more, idle ones that wait 2^4 cycles, OpenBLAS's
+# least, before they sleep.
+BLAS_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OPENBLAS_THREAD_TIMEOUT": "4"}
 
 
 class SemanticUnavailable(RuntimeError):
@@ -91,7 +92,7 @@ MODEL_INSTANCE = Model()
 
 
 def _load() -> Any:
-    _quiet_blas_threads()
+    _quiet_blas()
     try:
         module = importlib.import_module(MODULE)
         return module.USE(threads=1)
@@ -99,17 +100,21 @@ def _load() -> Any:
         raise SemanticUnavailable(f"cannot load {PACKAGE}: {exc}") from exc
 
 
-def _quiet_blas_threads() -> None:
-    """Let numpy's OpenBLAS threads sleep soon after each call instead of spinning (they spin
+def _quiet_blas() -> None:
+    """Run numpy's OpenBLAS on one thread, its idle threads (if a user asks for more) asleep
+    soon after each call. A second thread makes an embedding no faster below ~250 characters
+    and 0.7 ms faster at 500 (7.7 against 8.4 ms on an idle machine) for 3.7 ms more CPU
+    (12.1 against 8.4): its share of the work is mostly waiting for the other's. Under 50
+    sessions at once (``python -m benchmarks.concurrency --think-ms 1000``, whole sessions)
+    that CPU was taken from the workers and the event loop: the proxy's CPU per request fell
+    from 13-14.5 to 8.9 ms, a worker's rewrite from 29-31 to 10 ms at p50. Idle threads spin
     for about 2^28 cycles by default: a tenth of a second after every embedding, on every
-    core). Under 50 sessions at once that spinning was 40 % of the proxy's CPU (28-33 against
-    16-18 CPU-seconds for the same run), taken from the workers, the event loop and whatever
-    else runs on the machine; spinning makes an embedding only about 1 ms faster on an idle one
-    (500 characters: 5.3 against 6.4 ms; with one thread, 8.1). OpenBLAS reads
-    the setting when it loads, so only before numpy is imported (the model imports it; the
-    proxy has no other use for it), and a value the user set is kept."""
+    core. The model's own thread limit needs threadpoolctl, which is not a dependency; and
+    OpenBLAS reads these only when it loads, so only before numpy is imported (the model
+    imports it; the proxy has no other use for it)."""
     if "numpy" not in sys.modules:
-        os.environ.setdefault(BLAS_TIMEOUT_VARIABLE, BLAS_THREAD_TIMEOUT)
+        for variable, value in BLAS_ENVIRONMENT.items():
+            os.environ.setdefault(variable, value)
 
 
 class VectorCache:
