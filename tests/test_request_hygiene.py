@@ -21,6 +21,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import make_mocked_request
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDictProxy
@@ -30,6 +32,7 @@ from proxy.addons import build_addons
 from proxy.config import load_settings
 from proxy.flow import Addon, Flow
 from proxy.pipeline import Outcome, rewrite_request
+from proxy.request_body import read_wire
 from proxy.stores import open_stores
 from tests.addons import Hook
 from tests.conftest import ProxyFactory, RunningProxy
@@ -479,6 +482,48 @@ async def test_compressed_bodies_are_inflated_off_the_event_loop(
 
 
 # --- reading the body: whole when its length is known, as it comes when not -----------------
+
+
+class _PausingProtocol:
+    """What a request's body reader calls on its connection: the socket paused and resumed.
+    Once resumed, the rest of the body arrives."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.on_resume: Callable[[], None] = lambda: None
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        if self.paused:
+            self.paused = False
+            asyncio.get_running_loop().call_soon(self.on_resume)
+
+
+async def test_a_body_whose_socket_paused_before_the_handler_ran_is_read_whole() -> None:
+    """Regression: a body of known length of which more than the reader's first limit (128 KB)
+    came before the handler ran had paused the socket, and ``read_wire`` waited for the end
+    of the body for ever (every 525 KB body under uvloop, which reads 256 KB at a time)."""
+    body = b"x" * 600_000
+    protocol = _PausingProtocol()
+    payload = StreamReader(protocol, 2**16, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
+    payload.feed_data(body[:256_000])
+    assert protocol.paused
+
+    def rest() -> None:
+        payload.feed_data(body[256_000:])
+        payload.feed_eof()
+
+    protocol.on_resume = rest
+    request = make_mocked_request(
+        "POST",
+        "/v1/chat/completions",
+        headers={"Content-Length": str(len(body))},
+        payload=payload,
+        client_max_size=1 << 20,
+    )
+    assert await asyncio.wait_for(read_wire(request), 5) == body
 
 
 async def test_bodies_of_known_and_unknown_length_are_read_whole_and_limited(
