@@ -17,6 +17,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import aiohttp
 import pytest
@@ -516,12 +517,15 @@ async def test_a_body_whose_socket_paused_before_the_handler_ran_is_read_whole()
         payload.feed_eof()
 
     protocol.on_resume = rest
+    transport = mock.Mock(spec=asyncio.Transport)
+    transport.is_reading.side_effect = lambda: not protocol.paused
     request = make_mocked_request(
         "POST",
         "/v1/chat/completions",
         headers={"Content-Length": str(len(body))},
         payload=payload,
         client_max_size=1 << 20,
+        transport=transport,
     )
     assert await asyncio.wait_for(read_wire(request), 5) == body
 
