@@ -107,7 +107,7 @@ def _quiet_blas() -> None:
     (12.1 against 8.4): its share of the work is mostly waiting for the other's. Under 50
     sessions at once (``python -m benchmarks.concurrency --think-ms 1000``, whole sessions)
     that CPU was taken from the workers and the event loop: the proxy's CPU per request fell
-    from 13-14.5 to 8.9 ms, a worker's rewrite from 29-31 to 10 ms at p50. Idle threads spin
+    from 13-14.5 to 8.3-8.9 ms, a worker's rewrite from 29-31 to 10 ms at p50. Idle threads spin
     for about 2^28 cycles by default: a tenth of a second after every embedding, on every
     core. The model's own thread limit needs threadpoolctl, which is not a dependency; and
     OpenBLAS reads these only when it loads, so only before numpy is imported (the model
