@@ -18,7 +18,9 @@ its time went on the requests but each session's first: by where the rewrite ran
 loop, a light step; or a worker), its time before forwarding, the rewrite's own part of it and
 what waited (for the session's turn, a worker or the loop). A line of each proxy's CPU time
 per request (its event loop's and all its threads', from ``/proc``) gives a figure that the
-machine's other work moves less than the times.
+machine's other work moves less than the times, and a line of deepmem's by thread, by the
+names its threads give the kernel (``memory.threads.NamedThread``): the rewrite workers, the
+embedding thread, unnamed ones (a native library's) and those that ended meanwhile.
 
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
@@ -61,6 +63,7 @@ from benchmarks.overhead import (
     LARGE_BODY_BYTES,
     Timing,
     children,
+    cpu_by_thread,
     cpu_seconds,
     fetch,
     free_port,
@@ -137,6 +140,9 @@ class Run:
     # Each proxy's CPU time per request sent to it, in ms, over the replay: its event loop's
     # ("loop") and all its threads' ("all"); empty where /proc is not there to read.
     cpu_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    # deepmem's, by thread (``benchmarks.overhead.cpu_by_thread``): which of them used the CPU.
+    # What threads that ended meanwhile used is "ended threads".
+    cpu_ms_by_thread: dict[str, float] = field(default_factory=dict)
 
     @property
     def mean_sessions_active(self) -> float:
@@ -262,6 +268,7 @@ async def run(setup: Setup) -> Run:
                 result = Run()
                 measured = {"control": relay.pid, "deepmem": proxy.pid}
                 cpu_before = {name: cpu_seconds(pid) for name, pid in measured.items()}
+                threads_before = cpu_by_thread(proxy.pid)
                 started = time.perf_counter()
                 await asyncio.gather(
                     *(
@@ -286,9 +293,31 @@ async def run(setup: Setup) -> Run:
                             "loop": round((after[0] - before[0]) * 1000 / sent, 3),
                             "all": round((after[1] - before[1]) * 1000 / sent, 3),
                         }
+                result.cpu_ms_by_thread = _by_thread(
+                    threads_before, cpu_by_thread(proxy.pid), result.cpu_ms.get("deepmem"), sent
+                )
                 result.deepmem = await deepmem_totals(client, origins["deepmem"])
                 result.memory_search = await memory_search(client, origins["deepmem"])
     return result
+
+
+def _by_thread(
+    before: dict[str, float] | None,
+    after: dict[str, float] | None,
+    whole: dict[str, float] | None,
+    sent: int,
+) -> dict[str, float]:
+    """CPU ms per request by thread between two ``cpu_by_thread`` readings, largest first, and
+    what the process's whole figure (``whole["all"]``) leaves over: threads that ended."""
+    if before is None or after is None or not sent:
+        return {}
+    used = {
+        name: round((seconds - before.get(name, 0.0)) * 1000 / sent, 3)
+        for name, seconds in after.items()
+    }
+    if whole is not None:
+        used["ended threads"] = round(max(0.0, whole["all"] - sum(used.values())), 3)
+    return dict(sorted(used.items(), key=lambda item: -item[1]))
 
 
 async def deepmem_totals(client: aiohttp.ClientSession, origin: str) -> dict[str, int]:
@@ -455,6 +484,12 @@ def print_table(
                 f"{name} event loop {used['loop']:.3f}, all threads {used['all']:.3f}"
                 for name, used in cpu.items()
             )
+        )
+    threads = meta.get("deepmem_cpu_ms_per_request_by_thread")
+    if threads:
+        print(
+            "deepmem CPU ms per request by thread: "
+            + ", ".join(f"{name} {ms:.3f}" for name, ms in threads.items())
         )
     print(
         "times in ms; overhead = proxy p - direct p at the same percentile; "
@@ -633,6 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "deepmem": result.deepmem,
         "memory_search": result.memory_search,
         "cpu_ms_per_request": result.cpu_ms,
+        "deepmem_cpu_ms_per_request_by_thread": result.cpu_ms_by_thread,
         "requests_per_s": round(requests / result.wall_s, 2) if result.wall_s else 0.0,
         "http_requests_per_s": (
             round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0

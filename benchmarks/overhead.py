@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -193,6 +194,34 @@ def cpu_seconds(pid: int) -> tuple[float, float] | None:
         return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
 
     return used(first), used(whole)
+
+
+def cpu_by_thread(pid: int) -> dict[str, float] | None:
+    """CPU seconds a process's threads have used, by the name the operating system knows them
+    by (``memory.threads.NamedThread``; a worker's number left out, so workers sum): the first
+    thread as ``event loop``, unnamed ones (a native library's, the asyncio executor's) as
+    ``other threads``. A thread that has ended is in none (``cpu_seconds`` still counts it).
+    None where there is no such process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if task.name == str(pid):
+            name = "event loop"
+        elif name.startswith("deepmem-"):
+            name = re.sub(r"_\d*$", "", name)
+        else:
+            name = "other threads"
+        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return used
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.state import StateUnavailable
+from memory.threads import NamedThread
 
 DB_NAME = "deepmem.sqlite3"
 
@@ -52,9 +53,7 @@ class Checkpoints:
         self._last_commit = time.monotonic()
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="deepmem-checkpoint", daemon=True
-                )
+                self._thread = NamedThread(target=self._run, name="deepmem-wal", daemon=True)
                 self._thread.start()
 
     def _run(self) -> None:

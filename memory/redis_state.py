@@ -82,6 +82,7 @@ from memory.live import LiveCopies
 from memory.memo import LIVE_BYTES as MEMO_LIVE_BYTES
 from memory.memo import memo_size
 from memory.state import StateConflict, StateUnavailable
+from memory.threads import NamedThread
 
 T = TypeVar("T")
 log = logging.getLogger("deepmem.state")
@@ -172,9 +173,7 @@ class RedisState:
         # fire first; this bounds a wait nothing else would).
         self.wait_seconds = connect_timeout + socket_timeout
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="deepmem-redis", daemon=True
-        )
+        self._thread = NamedThread(target=self._loop.run_forever, name="deepmem-redis", daemon=True)
         self._thread.start()
         self._closed = False
         self._quiet_until = 0.0  # monotonic time until which calls fail without trying

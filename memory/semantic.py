@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from compressors.markers import ccr_key
+from memory.threads import NamedThread
 
 log = logging.getLogger("deepmem.memory")
 T = TypeVar("T")
@@ -226,9 +227,7 @@ class Embeddings:
         with self._later_lock:
             self._later.append((list(texts), then))
             if self._filler is None:
-                self._filler = threading.Thread(
-                    target=self._fill, name="deepmem-embeddings", daemon=True
-                )
+                self._filler = NamedThread(target=self._fill, name="deepmem-embed", daemon=True)
                 self._filler.start()
 
     def _fill(self) -> None:

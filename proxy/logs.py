@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable
 from typing import TextIO
 
+from memory.threads import NamedThread
+
 # Headers that carry credentials without saying so in their name.
 SECRET_HEADERS = frozenset({"openai-organization", "openai-project"})
 # Any header whose name mentions a key, token, secret, password, signature, cookie or auth
@@ -151,7 +153,7 @@ class LogWriter(logging.Handler):
         self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(capacity)
         self._dropped = 0
         self._dropped_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._write, name="deepmem-log", daemon=True)
+        self._thread = NamedThread(target=self._write, name="deepmem-log", daemon=True)
         self._thread.start()
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -16,6 +16,7 @@ import xxhash
 from compressors.transcript_grammar import conversation_span
 from compressors.view import Conversation, Kind, Role
 from compressors.wire import Usage
+from memory.threads import NamedThread
 from proxy.costs import PrefixTracker, StreamTokens
 from proxy.prices import ModelPrice, MoneyTally
 
@@ -444,7 +445,7 @@ class SessionRegistry:
     def _schedule(self) -> None:
         """Wake the worker (under ``_queue_lock``); after ``shutdown``, the next reader counts."""
         if self._worker is None and not self._stopped:
-            self._worker = threading.Thread(target=self._work, name="deepmem-books", daemon=True)
+            self._worker = NamedThread(target=self._work, name="deepmem-books", daemon=True)
             self._worker.start()
         self._wake.set()
 

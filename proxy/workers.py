@@ -19,6 +19,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from memory.threads import NamedThread
+
 T = TypeVar("T")
 DEFERRED_BACKLOG = 64  # deferred jobs waiting at most: one per active session, about
 
@@ -69,7 +71,7 @@ class Workers:
                 if len(self._deferred) > self._backlog:
                     dropped = self._deferred.popleft()
             if len(self._threads) < self._count:
-                thread = threading.Thread(
+                thread = NamedThread(
                     target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
                 )
                 self._threads.append(thread)

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,8 @@ from benchmarks.concurrency import (
     spread,
     summary,
 )
-from benchmarks.overhead import Timing, cpu_seconds
+from benchmarks.overhead import Timing, cpu_by_thread, cpu_seconds
+from memory.threads import NamedThread
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_control = pytest.mark.skipif(not CONTROL.is_file(), reason=f"no control proxy at {CONTROL}")
@@ -82,6 +85,11 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
         for used in cpu.values():
             assert 0 <= used["loop"] <= used["all"]
         assert cpu["deepmem"]["all"] > 0
+        # and by thread: the loop and the rewrite workers by the names the kernel knows them by
+        threads = meta["deepmem_cpu_ms_per_request_by_thread"]
+        assert threads["event loop"] == pytest.approx(cpu["deepmem"]["loop"], abs=0.02)
+        assert "deepmem-rewrite" in threads
+        assert sum(threads.values()) == pytest.approx(cpu["deepmem"]["all"], abs=0.05)
     # the embedding model is in the test environment (the [test] extra), so deepmem used it
     assert meta["memory_search"].startswith("bm25+"), meta["memory_search"]
     # sessions 0 and 2 replay the big transcript, session 1 the small one
@@ -303,3 +311,26 @@ def test_cpu_seconds_are_the_first_thread_s_part_of_the_process_s() -> None:
     assert after is not None
     assert after[0] > before[0] and after[1] >= after[0] > 0
     assert cpu_seconds(2**22 + 12345) is None  # no such process
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="no /proc")
+def test_cpu_by_thread_names_the_loop_and_the_named_threads() -> None:
+    done = threading.Event()
+
+    def spin() -> None:
+        sum(i * i for i in range(3_000_000))
+        done.wait(5)
+
+    worker = NamedThread(target=spin, name="deepmem-rewrite_7", daemon=True)
+    worker.start()
+    while worker.is_alive() and not done.is_set():
+        used = cpu_by_thread(os.getpid())
+        assert used is not None
+        if used.get("deepmem-rewrite", 0.0) > 0:
+            break
+        time.sleep(0.01)
+    done.set()
+    worker.join()
+    assert used["event loop"] > 0  # this, the first thread
+    assert used["deepmem-rewrite"] > 0  # the worker's number left out
+    assert cpu_by_thread(2**22 + 12345) is None

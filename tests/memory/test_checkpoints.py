@@ -16,7 +16,7 @@ PAGES_PAST_THE_AUTOMATIC_LIMIT = 6 * 1024 * 1024  # bytes: SQLite's own limit is
 
 
 def checkpoint_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "deepmem-checkpoint"]
+    return [t for t in threading.enumerate() if t.name == "deepmem-wal"]
 
 
 def wait_for(condition, within: float = 10.0) -> bool:

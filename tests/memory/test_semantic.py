@@ -310,7 +310,7 @@ def test_many_new_entries_are_embedded_aside_and_found_by_words_meanwhile(
 
     class GatedModel(ToyModel):
         def embed(self, texts: Sequence[str]) -> Any:
-            if threading.current_thread().name == "deepmem-embeddings":
+            if threading.current_thread().name == "deepmem-embed":
                 assert gate.wait(10)
                 aside_calls.append(len(texts))
             return super().embed(texts)
