@@ -302,22 +302,24 @@ async def run(setup: Setup) -> Run:
 
 
 def _by_thread(
-    before: dict[str, float] | None,
-    after: dict[str, float] | None,
+    before: dict[int, tuple[str, float]] | None,
+    after: dict[int, tuple[str, float]] | None,
     whole: dict[str, float] | None,
     sent: int,
 ) -> dict[str, float]:
-    """CPU ms per request by thread between two ``cpu_by_thread`` readings, largest first, and
-    what the process's whole figure (``whole["all"]``) leaves over: threads that ended."""
+    """CPU ms per request by thread name between two ``cpu_by_thread`` readings, largest first,
+    and what the process's whole figure (``whole["all"]``) leaves over: threads that ended."""
     if before is None or after is None or not sent:
         return {}
-    used = {
-        name: round((seconds - before.get(name, 0.0)) * 1000 / sent, 3)
-        for name, seconds in after.items()
-    }
+    seconds: dict[str, float] = {}
+    for thread, (name, used) in after.items():
+        earlier = before.get(thread)
+        seconds[name] = seconds.get(name, 0.0) + used - (earlier[1] if earlier else 0.0)
+    per_request = {name: round(used * 1000 / sent, 3) for name, used in seconds.items()}
     if whole is not None:
-        used["ended threads"] = round(max(0.0, whole["all"] - sum(used.values())), 3)
-    return dict(sorted(used.items(), key=lambda item: -item[1]))
+        ended = whole["all"] - sum(per_request.values())
+        per_request["ended threads"] = round(max(0.0, ended), 3)
+    return dict(sorted(per_request.items(), key=lambda item: -item[1]))
 
 
 async def deepmem_totals(client: aiohttp.ClientSession, origin: str) -> dict[str, int]:

@@ -196,14 +196,14 @@ def cpu_seconds(pid: int) -> tuple[float, float] | None:
     return used(first), used(whole)
 
 
-def cpu_by_thread(pid: int) -> dict[str, float] | None:
-    """CPU seconds a process's threads have used, by the name the operating system knows them
-    by (``memory.threads.NamedThread``; a worker's number left out, so workers sum): the first
-    thread as ``event loop``, unnamed ones (a native library's, the asyncio executor's) as
-    ``other threads``. A thread that has ended is in none (``cpu_seconds`` still counts it).
-    None where there is no such process."""
+def cpu_by_thread(pid: int) -> dict[int, tuple[str, float]] | None:
+    """CPU seconds each of a process's threads has used, by thread id, with the name the
+    operating system knows it by (``memory.threads.NamedThread``; a worker's number left out,
+    so workers sum): the first thread as ``event loop``, unnamed ones (a native library's, the
+    asyncio executor's) as ``other threads``. A thread that has ended is not there
+    (``cpu_seconds`` still counts it). None where there is no such process."""
     tick = os.sysconf("SC_CLK_TCK")
-    used: dict[str, float] = {}
+    used: dict[int, tuple[str, float]] = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -220,7 +220,7 @@ def cpu_by_thread(pid: int) -> dict[str, float] | None:
             name = re.sub(r"_\d*$", "", name)
         else:
             name = "other threads"
-        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        used[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
     return used
 
 

@@ -20,6 +20,7 @@ from benchmarks.concurrency import (
     Run,
     Sample,
     Setup,
+    _by_thread,
     bucket_summary,
     rewrite_split,
     session_bodies,
@@ -323,14 +324,31 @@ def test_cpu_by_thread_names_the_loop_and_the_named_threads() -> None:
 
     worker = NamedThread(target=spin, name="deepmem-rewrite_7", daemon=True)
     worker.start()
-    while worker.is_alive() and not done.is_set():
+    names: dict[str, float] = {}
+    deadline = time.monotonic() + 10
+    while not names.get("deepmem-rewrite") and time.monotonic() < deadline:
         used = cpu_by_thread(os.getpid())
         assert used is not None
-        if used.get("deepmem-rewrite", 0.0) > 0:
-            break
+        names = {}
+        for name, seconds in used.values():
+            names[name] = names.get(name, 0.0) + seconds
         time.sleep(0.01)
     done.set()
     worker.join()
-    assert used["event loop"] > 0  # this, the first thread
-    assert used["deepmem-rewrite"] > 0  # the worker's number left out
+    assert names["event loop"] > 0  # this, the first thread
+    assert names["deepmem-rewrite"] > 0  # the worker's number left out
     assert cpu_by_thread(2**22 + 12345) is None
+
+
+def test_cpu_by_thread_counts_each_thread_from_its_own_start() -> None:
+    """A thread that ended between the readings is left to "ended threads"; one that started
+    meanwhile under the same name counts from nothing, not against the ended one."""
+    before = {1: ("event loop", 1.0), 2: ("deepmem-embed", 0.5)}
+    after = {1: ("event loop", 1.5), 3: ("deepmem-embed", 0.2)}
+    whole = {"loop": 50.0, "all": 100.0}  # ms per request over 10 requests: 1 s in all
+    assert _by_thread(before, after, whole, 10) == {
+        "event loop": 50.0,
+        "ended threads": 30.0,
+        "deepmem-embed": 20.0,
+    }
+    assert _by_thread(None, after, whole, 10) == {}

@@ -26,12 +26,3 @@ def test_the_kernel_sees_the_thread_s_name_up_to_its_limit(name: str, seen: str)
     thread.join()
     assert names == [seen]
     assert len(seen.encode()) <= OS_NAME_BYTES
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="no /proc")
-def test_a_plain_thread_is_not_renamed() -> None:
-    names: list[str] = []
-    thread = threading.Thread(target=lambda: names.append(_os_name()), name="deepmem-plain")
-    thread.start()
-    thread.join()
-    assert names != ["deepmem-plain"]
