@@ -11,15 +11,14 @@ stream; when the queue is full, lines are dropped and counted instead.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
-import queue
 import re
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import TextIO
 
@@ -133,6 +132,9 @@ class TextFormatter(logging.Formatter):
 
 LOG_QUEUE_RECORDS = 10_000  # lines waiting for the writer; more are dropped and counted
 LOG_STOP_SECONDS = 5.0  # how long stopping waits for the waiting lines to be written
+# How long the writer lets lines gather once one waits: it then writes them all. A request's
+# line does not wake a thread (and take the event loop's turn) of its own.
+LOG_BATCH_SECONDS = 0.05
 
 
 class LogWriter(logging.Handler):
@@ -140,56 +142,87 @@ class LogWriter(logging.Handler):
 
     The record's message is made text here, where it was logged (its arguments may change
     later), and so is an exception's traceback; everything else (the formatter, redaction, the
-    write) happens on the writer thread. When ``capacity`` records are waiting, the next ones
-    are dropped, and the writer says how many before its next line.
+    write) happens on the writer thread, in batches: the first line to wait wakes it, and it
+    writes what came within ``batch_seconds`` of that one together. When ``capacity`` records
+    are waiting, the next ones are dropped, and the writer says how many before its next line.
 
     The standard library's ``QueueHandler`` formats the whole line where it was logged, reports
     a full queue as an error, and its ``QueueListener`` waits without limit for a writer stuck
     on a blocked output when it stops: none of which may happen on the event loop or at exit."""
 
-    def __init__(self, target: logging.Handler, capacity: int = LOG_QUEUE_RECORDS) -> None:
+    def __init__(
+        self,
+        target: logging.Handler,
+        capacity: int = LOG_QUEUE_RECORDS,
+        batch_seconds: float = LOG_BATCH_SECONDS,
+    ) -> None:
         super().__init__()
         self.target = target
-        self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(capacity)
+        self.capacity = capacity
+        self.batch_seconds = batch_seconds
+        self._waiting: deque[logging.LogRecord] = deque()
         self._dropped = 0
         self._dropped_lock = threading.Lock()
+        self._ready = threading.Event()  # a line waits (set by the first of a batch)
+        self._stopping = threading.Event()
         self._thread = NamedThread(target=self._write, name="deepmem-log", daemon=True)
         self._thread.start()
 
+    @property
+    def waiting(self) -> int:
+        """Lines logged and not yet handed to the target."""
+        return len(self._waiting)
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._queue.put_nowait(self._prepared(record))
-        except queue.Full:
-            with self._dropped_lock:
-                self._dropped += 1
+            if len(self._waiting) >= self.capacity:
+                with self._dropped_lock:
+                    self._dropped += 1
+                return
+            self._waiting.append(self._prepared(record))
+            if not self._ready.is_set():  # appended first: the writer's clear comes before
+                self._ready.set()  # its drain, so no line is left without a wake-up
         except Exception:
             self.handleError(record)
 
     def _prepared(self, record: logging.LogRecord) -> logging.LogRecord:
+        """The record as the writer takes it: its message text, and an exception's traceback
+        as text (on a copy then, so the handlers after this one still see the exception)."""
+        if not record.exc_info:
+            record.msg, record.args = record.getMessage(), None
+            return record
         prepared = copy.copy(record)
         prepared.msg, prepared.args = record.getMessage(), None
-        if record.exc_info:
-            formatter = self.target.formatter or logging.Formatter()
-            prepared.exc_text = record.exc_text or formatter.formatException(record.exc_info)
-            prepared.exc_info = None  # the traceback's frames are not kept alive in the queue
+        formatter = self.target.formatter or logging.Formatter()
+        prepared.exc_text = record.exc_text or formatter.formatException(record.exc_info)
+        prepared.exc_info = None  # the traceback's frames are not kept alive in the queue
         return prepared
 
     def _write(self) -> None:
         while True:
-            record = self._queue.get()
+            self._ready.wait()
+            self._stopping.wait(self.batch_seconds)  # the lines that come meanwhile, too
+            self._ready.clear()
+            self._drain()
+            if self._stopping.is_set() and not self._waiting:
+                return
+
+    def _drain(self) -> None:
+        waiting = self._waiting
+        while True:
             with self._dropped_lock:
                 dropped, self._dropped = self._dropped, 0
             if dropped:
                 self.target.handle(_dropped_record(dropped))
-            if record is None:
+            if not waiting:
                 return
-            self.target.handle(record)
+            self.target.handle(waiting.popleft())
 
     def close(self) -> None:
         """Write what waits (for at most ``LOG_STOP_SECONDS``), then stop the thread."""
         if self._thread.is_alive():
-            with contextlib.suppress(queue.Full):  # the writer is stuck: do not wait twice
-                self._queue.put(None, timeout=LOG_STOP_SECONDS)
+            self._stopping.set()
+            self._ready.set()
             self._thread.join(LOG_STOP_SECONDS)
         if not self._thread.is_alive():  # a stuck writer holds the output: do not wait on it
             self.target.flush()

@@ -76,7 +76,7 @@ def test_a_stuck_output_drops_lines_and_says_how_many_instead_of_blocking():
         logger.warning("line %d", number)
     assert time.perf_counter() - started < 1.0  # no call waited for the output
     target.hold.set()
-    while not writer._queue.empty():
+    while writer.waiting:
         time.sleep(0.01)
     logger.warning("after")
     writer.close()
@@ -86,6 +86,22 @@ def test_a_stuck_output_drops_lines_and_says_how_many_instead_of_blocking():
     counted = sum(int(line.split("deepmem: ")[1].split(" ")[0]) for line in dropped)
     assert counted + len(written) == 21  # every line is written or counted
     assert written[-1].endswith("after")
+
+
+def test_lines_are_written_in_batches_and_all_of_them_on_close():
+    """A line does not wake the writer by itself: it waits for the lines after it (here for
+    longer than the test runs), and closing writes every waiting line at once, in order."""
+    target = HeldHandler(TextFormatter())
+    writer = LogWriter(target, batch_seconds=60.0)
+    logger = _logger(writer, "test.log_writer.batch")
+    for number in range(3):
+        logger.info("line %d", number)
+    time.sleep(0.2)
+    assert target.lines == [] and writer.waiting == 3
+    started = time.perf_counter()
+    writer.close()
+    assert time.perf_counter() - started < 5.0
+    assert [line.rsplit(" ", 1)[-1] for line in target.lines] == ["0", "1", "2"]
 
 
 def test_configure_logging_replaces_the_previous_writer():
