@@ -29,6 +29,9 @@ RECENT_REQUESTS = 200  # chat requests remembered per session, for the dashboard
 # And at most this many over all sessions (a few hundred bytes each): past it, the least
 # recently seen sessions are forgotten, so the statistics cannot grow to max_sessions full ones.
 MAX_RECORDS = 10_000
+# How long the bookkeeping thread lets settled books gather once one is ready: it counts them
+# together, and a request's answer no longer wakes a thread of its own as it goes out.
+BOOKS_BATCH_SECONDS = 0.05
 
 
 class RequestKind(StrEnum):
@@ -452,6 +455,8 @@ class SessionRegistry:
     def _work(self) -> None:
         while True:
             self._wake.wait()
+            if not self._stopped:
+                time.sleep(BOOKS_BATCH_SECONDS)  # a reader meanwhile counts them itself
             self._wake.clear()  # a book readied from here on wakes it again
             if self._stopped:
                 return
