@@ -18,6 +18,11 @@ a title request of the same session) is parsed whole, as before.
 What the view's walk found in the kept messages (``compressors.view.Walked``) is kept with
 them, so the next body is walked from where it differs too.
 
+The members after the message list (OpenCode sends its tool schemas there: 20 KB, 40 us to
+parse and 30 us to write again on every step) are taken again too, when their bytes repeat
+the previous body's and none of them is a member the format edits (``edited_members``): the
+rest of a body is only ever read, so those objects stay as parsed.
+
 The rewritten body is written the same way round (``write``): the run of messages it shares
 with the session's last forwarded body, object for object (a repeated message, or the result
 object the edit memo gives back for a repeated edit), keeps that body's bytes, and only the
@@ -57,6 +62,8 @@ class Written:
     messages: list[Any]
     data: bytes
     ends: list[int]  # offset just past each message
+    after: list[tuple[str, Any]]  # the members after the list, as written
+    closing: bytes  # their bytes: from the list's "]" to the body's "}"
 
     @property
     def size(self) -> int:
@@ -78,6 +85,9 @@ class Parsed:
     seen: SeenTexts = field(default_factory=SeenTexts)  # and what was derived from its texts
     written: Written | None = None  # the last body forwarded for the session, rewritten
     walked: Walked | None = None  # what the walk found in the messages (first: the last body's)
+    # The members after the message list as parsed, when none is one the format edits: never
+    # changed, so the next body that repeats their bytes takes them again (None: it parses).
+    tail: dict[str, Any] | None = None
     # How many after ``reused`` are the previous body's next ones again but for their cache
     # marks (Anthropic's move to the last messages at every step): nothing new to read in them.
     alike: int = 0
@@ -108,7 +118,13 @@ class _Kept:
     seen: SeenTexts
     written: Written | None
     walked: Walked | None
+    tail: dict[str, Any] | None  # ``Parsed.tail``
     size: int  # bytes counted against the cache's limit
+
+    @property
+    def closing(self) -> memoryview:
+        """The bytes from the message list's "]" on."""
+        return memoryview(self.raw)[self.ends[-1] :]
 
 
 class BodyCache:
@@ -152,6 +168,7 @@ class BodyCache:
                     _locate(parsed, raw, parsed.start, 0)
                 if parsed.start >= 0 and not _rest_matches(parsed, raw, wire.messages_key):
                     parsed.start = -1
+                parsed.tail = _tail(body, wire)
         return parsed
 
     def growth(self, key: tuple[str, str] | None, raw: bytes) -> Growth | None:
@@ -191,6 +208,7 @@ class BodyCache:
             parsed.seen,
             parsed.written,
             parsed.walked,
+            parsed.tail,
             size,
         )
         with self._lock:
@@ -219,9 +237,8 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
         return None
     end = kept.ends[reused - 1]
     after = end + 1 if raw[end] == _COMMA else end  # the next message, or the closing bracket
-    rest = raw[: kept.start] + raw[after:]
     try:
-        body, exact = jsontext.loads(rest)
+        body, exact, members = _parse_rest(kept, wire, raw, after)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     tail = body.get(wire.messages_key) if isinstance(body, dict) else None
@@ -244,7 +261,40 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
     )
     _locate(parsed, raw, after, reused)
     parsed.alike = _alike(kept.messages, messages, reused)
+    parsed.tail = members
     return parsed
+
+
+def _parse_rest(
+    kept: _Kept, wire: WireFormat, raw: bytes, after: int
+) -> tuple[Any, bool, dict[str, Any] | None]:
+    """``raw`` without the messages before ``after`` (those it repeats from ``kept``), parsed,
+    whether exactly, and its members after the message list (``Parsed.tail``). When those
+    members' bytes are the kept body's, only the members before the list and the new messages
+    are parsed, and the kept members are taken again: the bytes between the list's opening and
+    closing brackets are the same elements either way, so the value is the one a whole parse
+    gives."""
+    members, closing = kept.tail, kept.closing
+    if members is not None and len(raw) - len(closing) >= after and raw.endswith(closing):
+        rest = raw[: kept.start] + raw[after : len(raw) - len(closing)] + b"]}"
+        body, exact = jsontext.loads(rest)
+        if isinstance(body, dict) and members.keys().isdisjoint(body):
+            body.update(members)
+            return body, exact, members
+    body, exact = jsontext.loads(raw[: kept.start] + raw[after:])
+    return body, exact, _tail(body, wire) if isinstance(body, dict) else None
+
+
+def _tail(body: dict[str, Any], wire: WireFormat) -> dict[str, Any] | None:
+    """The body's members after its message list, when none is one the format edits."""
+    names = list(body)
+    try:
+        members = names[names.index(wire.messages_key) + 1 :]
+    except ValueError:
+        return None
+    if not wire.edited_members.isdisjoint(members):
+        return None
+    return {name: body[name] for name in members}
 
 
 def _alike(previous: list[Any], messages: list[Any], first: int) -> int:
@@ -258,13 +308,16 @@ def _alike(previous: list[Any], messages: list[Any], first: int) -> int:
     return alike
 
 
-def write(parsed: Parsed, key: str) -> bytes | None:
-    """The bytes of ``parsed.body`` as it is now (its messages, at ``key``, rewritten): what
+def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
+    """The bytes of ``parsed.body`` as it is now (its messages rewritten): what
     ``jsontext.dumps`` gives, with the run of messages that starts the session's last forwarded
-    body taken from its bytes, not serialised again. Kept for the next request (``written``).
-    None when the body cannot be written this way (not a body the cache keeps, or it holds an
-    integer orjson cannot write): the caller serialises it whole."""
+    body taken from its bytes, not serialised again, and so are the members after the list
+    when they are the very objects written last time (never edited: ``Parsed.tail``). Kept for
+    the next request (``written``). None when the body cannot be written this way (not a body
+    the cache keeps, or it holds an integer orjson cannot write): the caller serialises it
+    whole."""
     body = parsed.body
+    key = wire.messages_key
     if parsed.start < 0 or not isinstance(body, dict):
         return None
     messages = body.get(key)
@@ -272,13 +325,15 @@ def write(parsed: Parsed, key: str) -> bytes | None:
         return None
     try:
         before: list[bytes] = []
-        after: list[bytes] = []
-        members = before
+        after: list[tuple[str, Any]] = []
+        listed = False
         for name, value in body.items():
             if name == key:
-                members = after
+                listed = True
+            elif listed:
+                after.append((name, value))
             else:
-                members.append(orjson.dumps(name) + b":" + orjson.dumps(value))
+                before.append(orjson.dumps(name) + b":" + orjson.dumps(value))
         head = b"{" + b"".join(member + b"," for member in before) + orjson.dumps(key) + b":["
         last = parsed.written
         same = 0
@@ -297,12 +352,32 @@ def write(parsed: Parsed, key: str) -> bytes | None:
             chunks.append(text)
             position += len(text)
             ends.append(position)
+        closing = _closing(after, last, wire.edited_members)
     except TypeError:  # an integer beyond 64 bits
         return None
-    chunks.append(b"]" + b"".join(b"," + member for member in after) + b"}")
+    chunks.append(closing)
     data = b"".join(chunks)
-    parsed.written = Written(head, list(messages), data, ends)
+    parsed.written = Written(head, list(messages), data, ends, after, closing)
     return data
+
+
+def _closing(after: list[tuple[str, Any]], last: Written | None, edited: frozenset[str]) -> bytes:
+    """The bytes from the message list's "]" on: the last forwarded body's, when the members
+    after the list are the same objects and none is one the format edits in place."""
+    if (
+        last is not None
+        and len(last.after) == len(after)
+        and all(
+            name == was and value is value_was and name not in edited
+            for (name, value), (was, value_was) in zip(after, last.after, strict=True)
+        )
+    ):
+        return last.closing
+    return (
+        b"]"
+        + b"".join(b"," + orjson.dumps(name) + b":" + orjson.dumps(v) for name, v in after)
+        + b"}"
+    )
 
 
 def _same_objects(messages: list[Any], previous: list[Any]) -> int:

@@ -70,7 +70,7 @@ def _forwarded(body: Any, parsed: Parsed, wire: WireFormat) -> bytes:
     """The rewritten body's bytes: the part that repeats the session's last forwarded body
     reused (``bodies.write``) when it is the body ``parsed`` holds (not one parsed again to
     decide again)."""
-    data = write(parsed, wire.messages_key) if body is parsed.body else None
+    data = write(parsed, wire) if body is parsed.body else None
     return data if data is not None else _exact_bytes(jsontext.dumps(body))
 
 

@@ -125,6 +125,66 @@ def test_memory_is_bounded() -> None:
     assert ("big", "c") not in bodies._kept
 
 
+def test_the_members_after_the_messages_are_taken_again_while_their_bytes_repeat() -> None:
+    """OpenCode sends its tool schemas after the messages: a step that repeats their bytes
+    takes the parsed members again (and its write their bytes), and the value is a whole
+    parse's; members that changed, or that the format edits, are parsed again."""
+    bodies = BodyCache()
+    tools = [{"type": "function", "function": {"name": f"t{i}", "x": [i] * 20}} for i in range(9)]
+    first = orjson.dumps({"model": "m", "messages": turn(2), "tools": tools, "stream": True})
+    parsed = bodies.parse(KEY, CHAT, first)
+    assert parsed.tail == {"tools": tools, "stream": True}
+    bodies.remember(KEY, first, parsed)
+    second = orjson.dumps({"model": "m", "messages": turn(3), "tools": tools, "stream": True})
+    again = bodies.parse(KEY, CHAT, second)
+    assert again.body == orjson.loads(second) and list(again.body) == list(orjson.loads(second))
+    assert again.body["tools"] is parsed.body["tools"] and again.tail is parsed.tail
+    bodies.remember(KEY, second, again)
+    changed = [*tools[:-1], {"type": "function", "function": {"name": "new"}}]
+    third = orjson.dumps({"model": "m", "messages": turn(4), "tools": changed, "stream": True})
+    fresh = bodies.parse(KEY, CHAT, third)
+    assert fresh.reused > 0 and fresh.body == orjson.loads(third)
+    assert fresh.body["tools"] is not parsed.body["tools"]
+    # Anthropic's system prompt is edited in place by the view: never taken again.
+    key = ("s", "a")
+    system = [{"type": "text", "text": "sys"}]
+    one = orjson.dumps({"model": "m", "messages": turn(1)[1:], "system": system, "tools": tools})
+    kept = bodies.parse(key, ANTHROPIC, one)
+    assert kept.tail is None
+    bodies.remember(key, one, kept)
+    two = orjson.dumps({"model": "m", "messages": turn(2)[1:], "system": system, "tools": tools})
+    other = bodies.parse(key, ANTHROPIC, two)
+    assert other.reused > 0 and other.body == orjson.loads(two)
+    assert other.body["system"] is not kept.body["system"]
+
+
+def test_a_body_of_repeated_members_after_its_messages_is_written_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bodies = BodyCache()
+    tools = [{"name": f"t{i}"} for i in range(5)]
+    first = orjson.dumps({"model": "m", "messages": turn(2), "tools": tools})
+    parsed = bodies.parse(KEY, CHAT, first)
+    assert write(parsed, CHAT) == first
+    bodies.remember(KEY, first, parsed)
+    second = orjson.dumps({"model": "m", "messages": turn(3), "tools": tools})
+    parsed = bodies.parse(KEY, CHAT, second)
+    serialised: list[Any] = []
+    original = orjson.dumps
+
+    def dumps(value: Any) -> bytes:
+        serialised.append(value)
+        return original(value)
+
+    monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
+    data = write(parsed, CHAT)
+    monkeypatch.undo()
+    assert data == second
+    assert not any(value is parsed.body["tools"] for value in serialised)
+    parsed.body["tools"] = [*tools, {"name": "added"}]  # replaced: written again
+    assert write(parsed, CHAT) == orjson.dumps(parsed.body)
+
+
 # --- writing a rewritten body ----------------------------------------------------------------
 
 
@@ -140,7 +200,7 @@ def test_a_rewritten_body_is_written_as_a_whole_dumps_would_and_reuses_what_it_f
     parsed = bodies.parse(KEY, CHAT, first)
     messages = parsed.body["messages"]
     messages[2] = cut = _edited(messages[2])  # what the view does: a copy, never in place
-    assert write(parsed, "messages") == orjson.dumps(parsed.body)
+    assert write(parsed, CHAT) == orjson.dumps(parsed.body)
     bodies.remember(KEY, first, parsed)
     assert bodies.bytes == len(first) + len(orjson.dumps(parsed.body))
 
@@ -156,7 +216,7 @@ def test_a_rewritten_body_is_written_as_a_whole_dumps_would_and_reuses_what_it_f
         return original(value)
 
     monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
-    data = write(parsed, "messages")
+    data = write(parsed, CHAT)
     monkeypatch.undo()
     assert data == orjson.dumps(parsed.body)
     # Messages 0-4 repeat the last forwarded body: only the rest is serialised.
@@ -172,18 +232,18 @@ def test_a_body_whose_other_members_changed_is_still_written_exactly() -> None:
     bodies = BodyCache()
     first = chat(turn(2))
     parsed = bodies.parse(KEY, CHAT, first)
-    write(parsed, "messages")
+    write(parsed, CHAT)
     bodies.remember(KEY, first, parsed)
     second = orjson.dumps({"model": "m", "messages": turn(3), "tools": [{"x": 2}], "n": 1})
     parsed = bodies.parse(KEY, CHAT, second)
-    assert parsed.reused > 0 and write(parsed, "messages") == second
+    assert parsed.reused > 0 and write(parsed, CHAT) == second
 
 
 def test_a_body_it_cannot_write_is_left_to_the_caller() -> None:
     parsed = BodyCache().parse(KEY, CHAT, chat(turn(2)))
     parsed.body["messages"][1] = {"role": "user", "content": "x", "n": 2**70}
-    assert write(parsed, "messages") is None and parsed.written is None
-    assert write(BodyCache().parse(None, CHAT, chat(turn(2))), "messages") is None
+    assert write(parsed, CHAT) is None and parsed.written is None
+    assert write(BodyCache().parse(None, CHAT, chat(turn(2))), CHAT) is None
 
 
 # --- the rewrite, with and without the cache ----------------------------------------------
@@ -250,7 +310,9 @@ def test_incremental_and_whole_parses_forward_the_same_bytes(
             kept = bodies._kept.get(key)
             if kept is not None:  # never edited by the addons
                 list_key = FORMATS[rendered.dialect].messages_key
-                assert kept.messages == orjson.loads(raw)[list_key]
+                sent = orjson.loads(raw)
+                assert kept.messages == sent[list_key]
+                assert kept.tail is None or kept.tail == {k: sent[k] for k in kept.tail}
 
 
 # --- light steps on the event loop ---------------------------------------------------------

@@ -79,7 +79,7 @@ def both_ways(
             conversation.share_messages(parsed.edits)
         result = compress(conversation, incremental, options, cache_cold=cold, seen=parsed.seen)
         resumed += any(found is result for found in RESUMED)
-        sent = write(parsed, wire.messages_key) or orjson.dumps(parsed.body)
+        sent = write(parsed, wire) or orjson.dumps(parsed.body)
         bodies.remember(key, raw, parsed)
 
         fresh = parse_conversation(dialect, copy.deepcopy(request))

@@ -29,6 +29,7 @@ class Anthropic:
     path_suffix = "/messages"
     usage_marker = b'usage"'
     messages_key = "messages"
+    edited_members = frozenset({"system"})
     user_message_bytes: bytes | None = None  # tool results are user messages
 
     def messages(self, body: JsonObject) -> list[Any]:

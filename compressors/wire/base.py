@@ -54,6 +54,9 @@ class WireFormat(Protocol):
         body repeats) and ``conversation.end_walk``."""
 
     messages_key: str  # the body's list of wire messages (or input items)
+    # The body's other members the view may change (the system prompt, where it is one); the
+    # rest are only ever read (``proxy.bodies`` takes them again from an earlier request).
+    edited_members: frozenset[str]
     # Compact JSON bytes that only a user message of this format holds (a string's quotes are
     # escaped, so inside one they cannot occur); None when a tool result is a user message too.
     user_message_bytes: bytes | None

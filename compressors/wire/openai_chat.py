@@ -28,6 +28,7 @@ class OpenAIChat:
     path_suffix = "/chat/completions"
     usage_marker = b'usage"'
     messages_key = "messages"
+    edited_members: frozenset[str] = frozenset()
     user_message_bytes: bytes | None = b'"role":"user"'
 
     def messages(self, body: JsonObject) -> list[Any]:

@@ -29,6 +29,7 @@ class OpenAIResponses:
     path_suffix = "/responses"
     usage_marker = b'usage"'
     messages_key = "input"
+    edited_members = frozenset({"instructions"})
     user_message_bytes: bytes | None = b'"role":"user"'
 
     def messages(self, body: JsonObject) -> list[Any]:
