@@ -63,11 +63,15 @@ class Written:
     data: bytes
     ends: list[int]  # offset just past each message
     after: list[tuple[str, Any]]  # the members after the list, as written
-    closing: bytes  # their bytes: from the list's "]" to the body's "}"
+    closing_size: int  # their bytes' length: from the list's "]" to the body's "}"
 
     @property
     def size(self) -> int:
         return len(self.data)
+
+    @property
+    def closing(self) -> memoryview:
+        return memoryview(self.data)[len(self.data) - self.closing_size :]
 
 
 @dataclass(slots=True)
@@ -357,11 +361,13 @@ def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
         return None
     chunks.append(closing)
     data = b"".join(chunks)
-    parsed.written = Written(head, list(messages), data, ends, after, closing)
+    parsed.written = Written(head, list(messages), data, ends, after, len(closing))
     return data
 
 
-def _closing(after: list[tuple[str, Any]], last: Written | None, edited: frozenset[str]) -> bytes:
+def _closing(
+    after: list[tuple[str, Any]], last: Written | None, edited: frozenset[str]
+) -> bytes | memoryview:
     """The bytes from the message list's "]" on: the last forwarded body's, when the members
     after the list are the same objects and none is one the format edits in place."""
     if (
