@@ -158,6 +158,26 @@ def test_the_members_after_the_messages_are_taken_again_while_their_bytes_repeat
     assert other.body["system"] is not kept.body["system"]
 
 
+# --- writing a rewritten body ----------------------------------------------------------------
+
+
+def _written_with_what_it_serialised(
+    parsed: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[bytes | None, list[Any]]:
+    """``write(parsed, CHAT)``, and every value it handed to orjson to serialise."""
+    serialised: list[Any] = []
+    original = orjson.dumps
+
+    def dumps(value: Any) -> bytes:
+        serialised.append(value)
+        return original(value)
+
+    monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
+    data = write(parsed, CHAT)
+    monkeypatch.undo()
+    return data, serialised
+
+
 def test_a_body_of_repeated_members_after_its_messages_is_written_without_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -169,23 +189,11 @@ def test_a_body_of_repeated_members_after_its_messages_is_written_without_them(
     bodies.remember(KEY, first, parsed)
     second = orjson.dumps({"model": "m", "messages": turn(3), "tools": tools})
     parsed = bodies.parse(KEY, CHAT, second)
-    serialised: list[Any] = []
-    original = orjson.dumps
-
-    def dumps(value: Any) -> bytes:
-        serialised.append(value)
-        return original(value)
-
-    monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
-    data = write(parsed, CHAT)
-    monkeypatch.undo()
+    data, serialised = _written_with_what_it_serialised(parsed, monkeypatch)
     assert data == second
     assert not any(value is parsed.body["tools"] for value in serialised)
     parsed.body["tools"] = [*tools, {"name": "added"}]  # replaced: written again
     assert write(parsed, CHAT) == orjson.dumps(parsed.body)
-
-
-# --- writing a rewritten body ----------------------------------------------------------------
 
 
 def _edited(message: dict[str, Any]) -> dict[str, Any]:
@@ -208,16 +216,7 @@ def test_a_rewritten_body_is_written_as_a_whole_dumps_would_and_reuses_what_it_f
     parsed = bodies.parse(KEY, CHAT, second)
     parsed.body["messages"][2] = cut  # the same edit gives the same object again
     parsed.body["messages"][5] = _edited(parsed.body["messages"][5])  # and a new one
-    serialised: list[Any] = []
-    original = orjson.dumps
-
-    def dumps(value: Any) -> bytes:
-        serialised.append(value)
-        return original(value)
-
-    monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
-    data = write(parsed, CHAT)
-    monkeypatch.undo()
+    data, serialised = _written_with_what_it_serialised(parsed, monkeypatch)
     assert data == orjson.dumps(parsed.body)
     # Messages 0-4 repeat the last forwarded body: only the rest is serialised.
     assert [value for value in serialised if isinstance(value, dict)] == parsed.body["messages"][5:]
