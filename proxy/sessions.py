@@ -32,6 +32,9 @@ MAX_RECORDS = 10_000
 # How long the bookkeeping thread lets settled books gather once one is ready: it counts them
 # together, and a request's answer no longer wakes a thread of its own as it goes out.
 BOOKS_BATCH_SECONDS = 0.05
+# How long it goes on looking every BOOKS_BATCH_SECONDS after the last book it counted, before
+# it sleeps until a book wakes it: while requests keep coming, none of them wakes it.
+BOOKS_LINGER_SECONDS = 2.0
 
 
 class RequestKind(StrEnum):
@@ -373,7 +376,9 @@ class SessionRegistry:
         self._entered: dict[Book, None] = {}  # in the order they were entered
         self._wake = threading.Event()  # books are ready (cheaper to set than a job to submit)
         self._worker: threading.Thread | None = None  # started with the first ready book
+        self._looking = False  # the worker looks for books by itself: no need to wake it
         self._stopped = False
+        self.wakes = 0  # how often a ready book woke the worker
 
     def touch(self, session_id: str, upstream: str, parent_id: str | None = None) -> Session:
         with self._lock:
@@ -446,24 +451,47 @@ class SessionRegistry:
                 self._count_books()
 
     def _schedule(self) -> None:
-        """Wake the worker (under ``_queue_lock``); after ``shutdown``, the next reader counts."""
-        if self._worker is None and not self._stopped:
+        """Wake the worker unless it is looking by itself (under ``_queue_lock``); after
+        ``shutdown``, the next reader counts."""
+        if self._looking or self._stopped:
+            return
+        if self._worker is None:
             self._worker = NamedThread(target=self._work, name="deepmem-books", daemon=True)
             self._worker.start()
-        self._wake.set()
+        if not self._wake.is_set():
+            self.wakes += 1
+            self._wake.set()
 
     def _work(self) -> None:
+        """Once woken, count what is settled every ``BOOKS_BATCH_SECONDS`` (a reader meanwhile
+        counts it itself), until ``BOOKS_LINGER_SECONDS`` pass without a book; then sleep
+        until one wakes it."""
         while True:
             self._wake.wait()
-            if not self._stopped:
-                time.sleep(BOOKS_BATCH_SECONDS)  # a reader meanwhile counts them itself
-            self._wake.clear()  # a book readied from here on wakes it again
-            if self._stopped:
-                return
+            with self._queue_lock:
+                self._wake.clear()
+                self._looking = True
+            idle = 0.0
+            while idle < BOOKS_LINGER_SECONDS and not self._stopped:
+                time.sleep(BOOKS_BATCH_SECONDS)
+                idle = 0.0 if self._count() else idle + BOOKS_BATCH_SECONDS
+            with self._queue_lock:
+                self._looking = False
+                if self._stopped:
+                    return
+                if any(book.ready for book in self._entered):  # readied as it stopped looking
+                    self._wake.set()
+
+    def _count(self) -> bool:
+        """``flush``: whether there was anything to count."""
+        with self._queue_lock:
+            ready = any(book.ready for book in self._entered)
+        if ready:
             try:
                 self.flush()
             except Exception:  # statistics never stop counting
                 log.exception("bookkeeping failed")
+        return ready
 
     def _count_books(self) -> None:
         with self._queue_lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
 import aiohttp
@@ -14,6 +15,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from proxy import sessions
 from proxy.costs import StreamTokens
 from proxy.prices import Prices
 from proxy.sessions import Book, ChatFigures, SessionRegistry
@@ -370,3 +372,37 @@ def test_a_request_still_being_answered_is_not_priced_for_another_ones_answer() 
     session = registry.get("a")
     assert answering.prepared and session is not None and len(session.recent) == 2
     registry.shutdown()
+
+
+def _counted_soon(registry: SessionRegistry, session_id: str, count: int) -> bool:
+    for _ in range(200):
+        session = registry.get(session_id)
+        if session is not None and len(session.recent) == count:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_books_settled_while_the_worker_looks_do_not_wake_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first book of a busy spell wakes the bookkeeping thread; it then looks for the next
+    ones by itself (a request's answer wakes no thread as it goes out), and once a spell has
+    been quiet for the linger time, the next book wakes it again."""
+    monkeypatch.setattr(sessions, "BOOKS_LINGER_SECONDS", 0.3)
+    registry = SessionRegistry(10)
+    try:
+        for count in range(1, 4):
+            book = _chat_book("s", b'{"a":%d}' % count, 1000.0 + count)
+            registry.enter(book)
+            registry.settle(book)
+            assert _counted_soon(registry, "s", count)
+        assert registry.wakes == 1
+        time.sleep(0.6)  # quiet for longer than the linger: it sleeps
+        book = _chat_book("s", b'{"a":4}', 1004.0)
+        registry.enter(book)
+        registry.settle(book)
+        assert _counted_soon(registry, "s", 4)
+        assert registry.wakes == 2
+    finally:
+        registry.shutdown()
