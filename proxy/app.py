@@ -31,7 +31,7 @@ from proxy.dashboard import page_response, wants_page
 from proxy.expand import expand
 from proxy.flow import Addon
 from proxy.health import Health
-from proxy.logs import body_for_log, redact_headers, redact_text
+from proxy.logs import LogLine, body_for_log, redact_headers, redact_text
 from proxy.malloc import tune_malloc
 from proxy.mcp import ToolContext, mcp_post
 from proxy.memory_api import MemoryService, memory_service
@@ -306,6 +306,7 @@ class _Outbound:
     overhead_s: float = 0.0  # from the request's arrival to its forwarding
     rewrite_s: float = 0.0  # the rewrite itself (``_prepare``), apart from waiting for its turn
     rewritten_on: str = ""  # "loop" or "worker"
+    access: LogLine | None = None  # its access log line, written once it is counted
 
 
 @dataclass(slots=True)
@@ -606,6 +607,8 @@ def _settle(state: ProxyState, outbound: _Outbound, book: Book) -> None:
         book.record.status = outbound.status
     if usage is not None and book.session is not None:
         book.session.last_usage, book.session.last_usage_at = usage, outbound.answered_at
+    if outbound.access is not None:
+        outbound.access.write(access_log)
 
 
 def _count_stream(state: ProxyState, outbound: _Outbound, book: Book) -> None:
@@ -639,7 +642,7 @@ async def _forward(
         headers.popall("Authorization", None)
 
     def access(status: int, bytes_back: int = 0) -> None:
-        _log_access(request, upstream, outbound, status, started, bytes_back)
+        outbound.access = _access_line(request, upstream, outbound, status, started, bytes_back)
 
     status = 0
 
@@ -710,16 +713,18 @@ def _count_answer(
     outbound.usage, outbound.answered_at = relay.usage_reader, time.time()
 
 
-def _log_access(
+def _access_line(
     request: web.Request,
     upstream: Upstream,
     outbound: _Outbound,
     status: int,
     started: float,
     bytes_back: int = 0,
-) -> None:
+) -> LogLine | None:
+    """The request's access line, written when its book is counted (``_settle``), off the
+    event loop; None when the access log is off."""
     if not access_log.isEnabledFor(logging.INFO):
-        return
+        return None
     fields: dict[str, Any] = {
         "method": request.method,
         "path": request.path,
@@ -738,7 +743,7 @@ def _log_access(
         fields["rewritten_on"] = outbound.rewritten_on
     if log.isEnabledFor(logging.DEBUG):
         fields["headers"] = redact_headers(request.headers.items())
-    access_log.info("request", extra={"fields": fields})
+    return LogLine("request", fields, time.time())
 
 
 async def _start(app: web.Application) -> None:

@@ -208,7 +208,8 @@ async def _serve(settings: Settings) -> None:
         await stop.wait()
         log.info("deepmem stopping")
     finally:
-        await runner.cleanup()
+        await runner.cleanup()  # counts the last requests: their access lines come here
+    log.info("deepmem stopped")
 
 
 def serve(settings: Settings) -> int:

@@ -20,7 +20,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from memory.threads import NamedThread
 
@@ -128,6 +129,29 @@ class TextFormatter(logging.Formatter):
         if isinstance(fields, dict) and fields:
             line += " " + " ".join(f"{key}={value}" for key, value in fields.items())
         return redact_text(line)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """A line made where something happened and written later, on another thread (a
+    request's access line is made on the event loop and written by the bookkeeping thread):
+    the line carries the time it was made."""
+
+    message: str
+    fields: dict[str, Any]
+    at: float  # ``time.time()`` when it was made
+
+    def write(self, logger: logging.Logger, level: int = logging.INFO) -> None:
+        if not logger.isEnabledFor(level):
+            return
+        record = logger.makeRecord(
+            logger.name, level, "", 0, self.message, (), None, extra={"fields": self.fields}
+        )
+        late = record.created - self.at
+        record.created = self.at
+        record.msecs = int((self.at - int(self.at)) * 1000) + 0.0
+        record.relativeCreated -= late * 1000
+        logger.handle(record)
 
 
 LOG_QUEUE_RECORDS = 10_000  # lines waiting for the writer; more are dropped and counted

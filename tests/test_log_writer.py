@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.logs import JsonFormatter, LogWriter, TextFormatter, configure_logging
+from proxy.logs import JsonFormatter, LogLine, LogWriter, TextFormatter, configure_logging
 from tests.fake_upstream import FakeUpstream
 from tests.serving import serve_command
 
@@ -158,4 +158,25 @@ async def test_a_standard_error_nobody_reads_does_not_stall_requests(
     lines = stderr.decode().splitlines()
     assert any("listening on" in line for line in lines)
     assert sum("deepmem.access: request" in line for line in lines) == 40
-    assert "deepmem stopping" in lines[-1]  # every line waiting was written before the exit
+    assert "deepmem stopped" in lines[-1]  # every line waiting was written before the exit
+
+
+def test_a_line_written_later_carries_the_time_it_was_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request's access line is made as its answer goes out and written when the request is
+    counted, on the bookkeeping thread: its time is the first one."""
+    logger = logging.getLogger("deepmem.test-later")
+    made = 1_790_000_000.25  # a quarter of a second: the milliseconds are exact
+    line = LogLine("request", {"status": 200}, made)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        line.write(logger)
+    [record] = caplog.records
+    assert record.created == made and record.fields == {"status": 200}  # type: ignore[attr-defined]
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(made))
+    assert TextFormatter().format(record).startswith(f"{stamp},250 ")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(made))
+    assert f'"ts": "{stamp}.250Z"' in JsonFormatter().format(record)
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        line.write(logger)  # below the logger's level: nothing
+    assert len(caplog.records) == 1

@@ -10,6 +10,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from memory import semantic
 from proxy.admin import admin_allowed
+from proxy.app import STATE
 from proxy.config import load_settings
 from proxy.logs import JsonFormatter, body_for_log, redact_headers, redact_text
 
@@ -160,6 +161,7 @@ async def test_access_log_says_what_the_rewrite_took_and_where(
             await response.read()
         async with client.get(proxy.url + "/v1/models") as response:
             await response.read()
+        proxy.app[STATE].sessions.flush()  # the lines are written as the requests are counted
     lines = [r.fields for r in caplog.records if r.name == "deepmem.access"]
     chat, relayed = lines
     assert chat["rewritten_on"] == "worker"  # a session's first request
