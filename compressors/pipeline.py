@@ -249,7 +249,10 @@ class SeenTexts:
 @dataclass(slots=True)
 class CompressionResult:
     changed: bool = False
-    originals: dict[str, str] = field(default_factory=dict)
+    originals: dict[str, str] = field(default_factory=dict)  # every one its markers name
+    # How many of ``originals`` (its first entries) an earlier request of the session handed
+    # over: kept already (``new_originals`` are the others).
+    handed_over: int = 0
     decisions: dict[str, Decision] = field(default_factory=dict)  # new or changed entries
     counters: Counter[str] = field(default_factory=Counter)
     event: str | None = None
@@ -258,6 +261,13 @@ class CompressionResult:
     changes: list[Change] = field(default_factory=list)  # what was changed, item by item
     # Outputs sent in full that a later request will compress (``precompute``), in order.
     kept_in_full: list[_Candidate] = field(default_factory=list)
+
+    def new_originals(self) -> dict[str, str]:
+        """The originals no earlier request of the session handed over: those that must be
+        kept durably before this request goes upstream."""
+        if not self.handed_over:
+            return self.originals
+        return dict(islice(self.originals.items(), self.handed_over, None))
 
 
 CALL_PREFIX = "call:"  # decisions about tool-call arguments, beside those about outputs
@@ -628,6 +638,7 @@ def _resume(
     result = CompressionResult(
         changed=trail.changed,
         originals=dict(trail.originals),
+        handed_over=len(trail.originals),
         counters=Counter(trail.recurring) if trail.recurring else Counter(),
         changes=list(trail.changes),
     )

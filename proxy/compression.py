@@ -215,11 +215,17 @@ class CompressionStage:
             # Originals first: a marker may go upstream only once its original is committed;
             # the decisions commit with them. Without a new original, they wait for the memo
             # store's flush, once the answer is out: nothing sent depends on them.
-            with self.transaction():  # begins only if one of them writes
-                stored = self.originals.put_many(result.originals) if result.originals else 0
-                if result.decisions or result.event:
-                    save = self.memos.save if stored else self.memos.save_later
-                    save(flow.session_id, memo, result.decisions)
+            new = result.new_originals()
+            if new:
+                with self.transaction():  # begins only if one of them writes
+                    stored = self.originals.put_many(new)
+                    if result.decisions or result.event:
+                        save = self.memos.save if stored else self.memos.save_later
+                        save(flow.session_id, memo, result.decisions)
+            elif result.decisions or result.event:
+                self.memos.save_later(flow.session_id, memo, result.decisions)
+            if result.handed_over:  # kept already: they are only kept alive, once it is out
+                flow.defer(lambda: self.keep_alive(result.originals))
             # Also what an earlier request's flush left waiting, when this one cancelled it.
             flow.defer(self.flush_decisions)
         except Exception as exc:
@@ -248,6 +254,16 @@ class CompressionStage:
             if self.health is not None:
                 self.health.report(STATE_WRITES, str(exc))
             log.warning("decisions not written yet, they wait for the next flush: %s", exc)
+
+    def keep_alive(self, originals: dict[str, str]) -> None:
+        """Deferred work: refresh the originals a request's markers name, as each request
+        does (``Originals.put_many``); a failure is reported, the next request tries again."""
+        try:
+            self.originals.put_many(originals)
+        except StateUnavailable as exc:
+            if self.health is not None:
+                self.health.report(STATE_WRITES, str(exc))
+            log.warning("originals not refreshed yet, the next request will: %s", exc)
 
     def compress_ahead(self, result: CompressionResult, level: int) -> None:
         """Deferred work: compress what a request sent in full, at the level it will get, and

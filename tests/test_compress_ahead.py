@@ -353,3 +353,67 @@ async def test_the_proxy_compresses_ahead_after_the_answer_and_uses_it_next(
     assert ccr_key(read) in sent[3]["content"]
     assert sent[5]["content"] == second["messages"][5]["content"]  # the latest, in full
     assert written and not any(written[:1])  # the request's put: every original known
+
+
+def test_a_step_keeps_on_its_way_only_the_originals_no_earlier_step_handed_over(
+    tmp_path: Any,
+) -> None:
+    """Each step of a session names every original its markers point at. Before it goes
+    upstream it stores only those the session's last step did not name (that step stored
+    them), and without one it opens no transaction; the others are refreshed once the answer
+    is out (its deferred work). Every key its body names is stored before it goes."""
+    from compressors.markers import marker_keys
+    from proxy.addons import build_addons
+    from proxy.bodies import BodyCache
+    from proxy.config import load_settings
+    from proxy.memory_api import memory_service
+    from proxy.pipeline import rewrite_request
+    from proxy.stores import open_stores
+
+    settings = load_settings(
+        {"data_dir": str(tmp_path / "data"), "memory_semantic": "off", "tail_tokens": 0},
+        environ={},
+    )
+    stores = open_stores(settings, in_memory=True)
+    addons = build_addons(settings, stores, memory_service(settings))
+    stage = next(a for a in addons if isinstance(a, CompressionStage))
+    puts: list[set[str]] = []
+    transactions: list[int] = []
+    real_put, real_transaction = stage.originals.put_many, stage.transaction
+
+    def put_many(originals: Any) -> int:
+        puts.append(set(originals))
+        return real_put(originals)
+
+    def transaction() -> Any:
+        transactions.append(1)
+        return real_transaction()
+
+    stage.originals.put_many = put_many  # type: ignore[method-assign]
+    stage.transaction = transaction
+    bodies, headers = BodyCache(), {"x-session-id": "ses_kept"}
+    named: set[str] = set()  # by the last step's markers
+    quiet = 0
+    for index, request in enumerate(agent_requests()):
+        puts.clear()
+        transactions.clear()
+        raw = orjson.dumps(request)
+        rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, headers, addons, bodies=bodies)
+        sent = orjson.loads(rewrite.body)["messages"]
+        keys = {
+            key for m in sent if isinstance(m["content"], str) for key in marker_keys(m["content"])
+        }
+        assert all(stage.originals.get(key) is not None for key in keys), f"step {index}"
+        on_the_way = set().union(*puts)
+        assert not on_the_way & named, f"step {index}: stored again before going upstream"
+        if not on_the_way:
+            quiet += 1
+            assert not transactions, f"step {index}: a transaction with nothing to keep"
+        puts.clear()
+        assert rewrite.flow is not None
+        for job in rewrite.flow.after:  # the answer is out
+            job()
+        if index and named:
+            assert named <= set().union(*puts), f"step {index}: not kept alive"
+        named = keys
+    assert quiet and named  # both kinds of step were seen

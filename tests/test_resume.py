@@ -69,6 +69,7 @@ def both_ways(
     key = ("session", dialect.value)
     incremental, whole = SessionMemo(), SessionMemo()
     resumed = 0
+    handed: dict[str, str] = {}  # the originals the session's last request named
     for index, request in enumerate(requests):
         cold = index < len(cold_flags) and cold_flags[index]
         raw = orjson.dumps(request)
@@ -87,6 +88,11 @@ def both_ways(
 
         assert sent == orjson.dumps(fresh.body), f"request {index}"
         assert _figures(result) == _figures(expected), f"request {index}"
+        # What it does not store before going upstream, the last request did.
+        new = result.new_originals()
+        assert new.items() <= result.originals.items()
+        assert {k: v for k, v in result.originals.items() if k not in new}.items() <= handed.items()
+        handed = result.originals
         assert (incremental.level, incremental.events, incremental.decisions) == (
             whole.level,
             whole.events,
