@@ -471,16 +471,24 @@ class SessionRegistry:
             with self._queue_lock:
                 self._wake.clear()
                 self._looking = True
-            idle = 0.0
-            while idle < BOOKS_LINGER_SECONDS and not self._stopped:
+            counted = time.monotonic()
+            while not self._stopped:
                 time.sleep(BOOKS_BATCH_SECONDS)
-                idle = 0.0 if self._count() else idle + BOOKS_BATCH_SECONDS
+                if self._count():
+                    counted = time.monotonic()
+                elif time.monotonic() - counted >= BOOKS_LINGER_SECONDS:
+                    break
             with self._queue_lock:
                 self._looking = False
                 if self._stopped:
                     return
                 if any(book.ready for book in self._entered):  # readied as it stopped looking
                     self._wake.set()
+
+    @property
+    def looking(self) -> bool:
+        """Whether the worker looks for settled books by itself now (none wakes it)."""
+        return self._looking
 
     def _count(self) -> bool:
         """``flush``: whether there was anything to count."""

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -374,10 +375,9 @@ def test_a_request_still_being_answered_is_not_priced_for_another_ones_answer() 
     registry.shutdown()
 
 
-def _counted_soon(registry: SessionRegistry, session_id: str, count: int) -> bool:
-    for _ in range(200):
-        session = registry.get(session_id)
-        if session is not None and len(session.recent) == count:
+def _waited_for(condition: Callable[[], bool]) -> bool:
+    for _ in range(500):
+        if condition():
             return True
         time.sleep(0.01)
     return False
@@ -386,23 +386,29 @@ def _counted_soon(registry: SessionRegistry, session_id: str, count: int) -> boo
 def test_books_settled_while_the_worker_looks_do_not_wake_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The first book of a busy spell wakes the bookkeeping thread; it then looks for the next
+    """The first book of a busy spell wakes the bookkeeping thread; it then finds the next
     ones by itself (a request's answer wakes no thread as it goes out), and once a spell has
     been quiet for the linger time, the next book wakes it again."""
     monkeypatch.setattr(sessions, "BOOKS_LINGER_SECONDS", 0.3)
     registry = SessionRegistry(10)
-    try:
-        for count in range(1, 4):
-            book = _chat_book("s", b'{"a":%d}' % count, 1000.0 + count)
-            registry.enter(book)
-            registry.settle(book)
-            assert _counted_soon(registry, "s", count)
-        assert registry.wakes == 1
-        time.sleep(0.6)  # quiet for longer than the linger: it sleeps
-        book = _chat_book("s", b'{"a":4}', 1004.0)
-        registry.enter(book)
+    counted_by: list[str] = []
+
+    def settle(number: int) -> None:
+        book = _chat_book("s", b'{"a":%d}' % number, 1000.0 + number)
+        registry.enter(book, commit=lambda b: counted_by.append(threading.current_thread().name))
         registry.settle(book)
-        assert _counted_soon(registry, "s", 4)
+
+    try:
+        settle(1)
+        assert _waited_for(lambda: registry.looking and len(counted_by) == 1)
+        for number in (2, 3):
+            settle(number)
+            assert _waited_for(lambda n=number: len(counted_by) == n)
+        assert registry.wakes == 1
+        assert counted_by == ["deepmem-books"] * 3  # no reader counted them
+        assert _waited_for(lambda: not registry.looking)  # quiet past the linger: it sleeps
+        settle(4)
+        assert _waited_for(lambda: len(counted_by) == 4)
         assert registry.wakes == 2
     finally:
         registry.shutdown()
