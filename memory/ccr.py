@@ -35,9 +35,10 @@ CREATE INDEX IF NOT EXISTS ccr_original_last_used ON ccr_original (last_used);
 class StoredKeys:
     """Keys of originals known to be stored, each until its refresh is due (``seconds`` after
     it was written): a store writes only the others. Every request hands over every original
-    its markers name (which keeps them alive), so this is a dict lookup per original, on the
-    request path. At most ``max_keys`` are held; past that the expired go, then all (each is
-    written once more: a refresh). The caller serialises access."""
+    its markers name (which keeps them alive): before it goes upstream those its session's
+    last request did not name, the others once its answer is out (``proxy.compression``), so
+    this is a dict lookup per original. At most ``max_keys`` are held; past that the expired
+    go, then all (each is written once more: a refresh). The caller serialises access."""
 
     def __init__(self, seconds: float, max_keys: int = STORED_KEYS) -> None:
         self.seconds, self.max_keys = seconds, max_keys
