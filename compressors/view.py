@@ -472,13 +472,32 @@ class Conversation:
         it, with every container on the way safe to change in place."""
         return self._own([index, *keys])
 
-    def writable_content(self, index: int) -> Any:
-        """Wire message ``index`` with its ``content`` (a text or a list of parts) safe to
-        change in place."""
-        message = self.writable(index)
-        if isinstance(message.get("content"), list):
-            self.writable(index, "content")
-        return message
+    def replace_message(
+        self, index: int, change: tuple[Any, ...], make: Callable[[Any], Any]
+    ) -> None:
+        """Put ``make(message)`` in place of wire message ``index`` (of the body as it is
+        now) and point its items at it; ``make`` returns a changed copy and changes nothing it
+        was given. ``change`` names the change (hashable, equal for the same change): a message
+        shared with the session's last request that gets the same change again gets the very
+        copy it got then (the edit memo), which is the same bytes for the body's writer."""
+        messages = self._messages if self._shared else self.wire.messages(self.body)
+        old = messages[index]
+        if self._edits is not None and self._shared and id(old) not in self._owned:
+            new = self._edits.edited(old, change, (), make)
+        else:
+            new = make(old)
+            if self._shared:
+                self._owned.add(id(new))
+        messages[index] = new
+        moved = {id(old): new}
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key, value in old.items():
+                if isinstance(value, dict | list) and new.get(key) is not value:
+                    moved[id(value)] = new.get(key)
+        for item in self._items_of(index):
+            holder = moved.get(id(item.holder))
+            if holder is not None:
+                item.holder = holder
 
     def writable_holder(self, item: Item) -> Any:
         """The container the item's value lives in, safe to change in place."""

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compressors.view import Dialect
-from compressors.wire import FORMATS
+from compressors.view import Dialect, EditMemo
+from compressors.wire import FORMATS, parse_conversation
 from proxy import bodies as bodies_module
 from proxy.addons import build_addons
 from proxy.bodies import BodyCache, write
@@ -312,6 +312,86 @@ def test_incremental_and_whole_parses_forward_the_same_bytes(
                 sent = orjson.loads(raw)
                 assert kept.messages == sent[list_key]
                 assert kept.tail is None or kept.tail == {k: sent[k] for k in kept.tail}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "message"),
+    [
+        (Dialect.OPENAI_CHAT, {"role": "user", "content": "hello"}),
+        (Dialect.ANTHROPIC, {"role": "user", "content": [{"type": "text", "text": "hello"}]}),
+        (
+            Dialect.OPENAI_RESPONSES,
+            {"role": "user", "content": [{"type": "input_text", "text": "hello"}]},
+        ),
+    ],
+)
+def test_the_same_addition_to_a_shared_message_gives_the_same_copy(
+    dialect: Dialect, message: dict[str, Any]
+) -> None:
+    """Two requests of a session share the client's message object: appending the same text
+    to it gives each the same copy (the edit memo), the object itself stays as sent, and the
+    message's items read the copy."""
+    sent = orjson.loads(orjson.dumps(message))
+    edits = EditMemo()
+    copies = []
+    for _ in range(2):
+        body = {"model": "m", FORMATS[dialect].messages_key: [message]}
+        conversation = parse_conversation(dialect, body)
+        conversation.share_messages(edits)
+        assert conversation.append_to_message(0, "remember this")
+        copy = body[FORMATS[dialect].messages_key][0]
+        assert orjson.dumps(copy).count(b"remember this") == 1
+        assert all(_inside(item.holder, copy) for item in conversation.items)
+        copies.append(copy)
+    assert copies[0] is copies[1] and message == sent
+
+
+def _inside(holder: Any, root: Any) -> bool:
+    if holder is root:
+        return True
+    inner = root.values() if isinstance(root, dict) else root if isinstance(root, list) else ()
+    return any(_inside(holder, value) for value in inner)
+
+
+def test_a_step_with_memory_injected_serialises_only_its_new_messages(
+    two_paths: tuple[list[Addon], list[Addon], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory appends to the system prompt on every request of the session: the same
+    addition to the same message gives the copy it gave last time, so the session's next step
+    writes its repeated messages from the bytes it forwarded (a copy per request made the
+    writer serialise the whole body again from the system prompt on)."""
+    _, incremental, project = two_paths
+    headers = {"x-session-id": f"memory-{os.urandom(6).hex()}", "X-Deep-Memory-Project": project}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": f"You work in {project}."},
+        {"role": "user", "content": "Why does the parser module keep its own cache of objects?"},
+    ]
+    bodies = BodyCache()
+    forwarded = None
+    serialised: list[Any] = []
+    original = orjson.dumps
+
+    def dumps(value: Any) -> bytes:
+        serialised.append(value)
+        return original(value)
+
+    for step in range(3):
+        messages = [
+            *messages,
+            {"role": "assistant", "content": f"Reading file {step}."},
+            {"role": "user", "content": f"The parser cache holds {step} objects."},
+        ]
+        raw = chat(messages)
+        serialised.clear()
+        monkeypatch.setattr(bodies_module.orjson, "dumps", dumps)
+        rewrite = rewrite_request(raw, Dialect.OPENAI_CHAT, headers, incremental, bodies=bodies)
+        monkeypatch.undo()
+        assert rewrite.changed, rewrite.error
+        forwarded = orjson.loads(rewrite.body)["messages"]
+        assert forwarded[0]["content"].startswith(f"You work in {project}.\n\n")
+        assert "Never edit the generated parser tables" in forwarded[0]["content"]
+    assert forwarded is not None
+    assert [value for value in serialised if isinstance(value, dict)] == forwarded[-2:]
 
 
 # --- light steps on the event loop ---------------------------------------------------------

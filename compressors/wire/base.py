@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody, Walked
@@ -137,24 +138,41 @@ def where(message: int) -> str:
     return "the system prompt" if message < 0 else f"message {message}"
 
 
-def append_content(holder: JsonObject, key: str, text: str, part_type: str) -> bool:
-    """Append to a string content, or add a typed text part to a list of parts."""
-    value = holder.get(key)
+def appended(value: Any, text: str, part_type: str) -> Any:
+    """A content with ``text`` added: a string's after a blank line, a list of parts' as a
+    typed text part of its own; None when ``value`` is neither. ``value`` is not changed."""
     if isinstance(value, str):
-        holder[key] = value + "\n\n" + text if value else text
-        return True
+        return value + "\n\n" + text if value else text
     if isinstance(value, list):
-        value.append({"type": part_type, "text": text})
-        return True
-    return False
+        return [*value, {"type": part_type, "text": text}]
+    return None
+
+
+def append_content(holder: JsonObject, key: str, text: str, part_type: str) -> bool:
+    """Append to the content at ``holder[key]`` (a member of the body's own, not a message)."""
+    value = appended(holder.get(key), text, part_type)
+    if value is None:
+        return False
+    holder[key] = value
+    return True
 
 
 def append_to_entry(conversation: Conversation, index: int, text: str, part_type: str) -> bool:
-    """Append to the content of wire message ``index``."""
+    """Append to the content of wire message ``index``: a changed copy of the message, the
+    same copy on every request of the session that makes the same addition to it (which its
+    body's writer does not serialise again)."""
     entries = conversation.wire.messages(conversation.body)
     if not 0 <= index < len(entries) or not isinstance(entries[index], dict):
         return False
-    return append_content(conversation.writable_content(index), "content", text, part_type)
+    if not isinstance(entries[index].get("content"), str | list):
+        return False
+    change = ("append", text, part_type)
+    conversation.replace_message(index, change, partial(_with_appended, text, part_type))
+    return True
+
+
+def _with_appended(text: str, part_type: str, message: JsonObject) -> JsonObject:
+    return {**message, "content": appended(message["content"], text, part_type)}
 
 
 def listed(body: JsonObject, key: str) -> list[Any]:

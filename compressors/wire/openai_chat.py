@@ -11,7 +11,6 @@ from compressors.view import Conversation, Dialect, Item, Kind, Role, Unrecognis
 from compressors.wire.base import (
     JsonObject,
     Usage,
-    append_content,
     append_to_entry,
     count,
     list_length,
@@ -148,10 +147,7 @@ def append_to_leading_system(conversation: Conversation, text: str, part_type: s
         if not isinstance(message, dict) or message.get("role") not in _SYSTEM_ROLES:
             break
         last_system = index
-    entries = conversation.wire.messages(conversation.body)
-    if last_system < 0 or "content" not in entries[last_system]:
-        return False
-    return append_content(conversation.writable_content(last_system), "content", text, part_type)
+    return last_system >= 0 and append_to_entry(conversation, last_system, text, part_type)
 
 
 def openai_error_body(message: str, error_type: str, code: str) -> bytes:
