@@ -176,7 +176,7 @@ class SeenTexts:
     (``trail``).
     """
 
-    __slots__ = ("_current", "_derived", "_derived_before", "_previous", "trail")
+    __slots__ = ("_current", "_derived", "_derived_before", "_previous", "carried", "trail")
 
     def __init__(self) -> None:
         self._previous: dict[int, tuple[Any, ...]] = {}
@@ -184,6 +184,9 @@ class SeenTexts:
         self._derived: dict[tuple[int, str], tuple[str, Any]] = {}
         self._derived_before: dict[tuple[int, str], tuple[str, Any]] = {}
         self.trail: Trail | None = None
+        # What a stage derived from the session's last request as a whole, under the stage's
+        # own name; the stage checks what of it the next request still repeats.
+        self.carried: dict[str, Any] = {}
 
     def next_request(self) -> None:
         self._previous, self._current = self._current, {}

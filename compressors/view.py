@@ -653,8 +653,9 @@ class Conversation:
     def count(self, kind: Kind) -> int:
         return sum(1 for item in self.items if item.kind is kind)
 
-    def user_messages(self) -> list[tuple[int, str]]:
-        """``(message index, text)`` of each user message that starts a turn, in order.
+    def user_messages(self, start: int = 0) -> list[tuple[int, str]]:
+        """``(message index, text)`` of each user message that starts a turn, in order; with
+        ``start``, of the wire messages from that index on.
 
         For Anthropic a user message that carries tool results continues the tool loop, so it
         is left out even when the client put text beside the results.
@@ -662,7 +663,8 @@ class Conversation:
         by_message: dict[int, list[str]] = {}
         carries_results: set[int] = set()
         user, text, result = Role.USER, Kind.TEXT, Kind.TOOL_RESULT
-        for item in self.items:  # one pass: this runs on every request
+        items = self.items[self.first_item_of(start) :] if start > 0 else self.items
+        for item in items:  # one pass: this runs on every request
             if item.kind is result:
                 carries_results.add(item.message)
             elif item.role is user and item.kind is text:

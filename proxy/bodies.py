@@ -342,7 +342,7 @@ def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
         last = parsed.written
         same = 0
         if last is not None and last.head == head:
-            same = _same_objects(messages, last.messages)
+            same = same_objects(messages, last.messages)
         ends = last.ends[:same] if last is not None and same else []
         chunks: list[bytes | memoryview] = [
             memoryview(last.data)[: ends[-1]] if last is not None and same else head
@@ -386,7 +386,7 @@ def _closing(
     )
 
 
-def _same_objects(messages: list[Any], previous: list[Any]) -> int:
+def same_objects(messages: list[Any], previous: list[Any]) -> int:
     """How many of ``messages`` are ``previous``'s, object for object, from the first on (a
     scan in C: a long session's body holds a thousand messages)."""
     limit = min(len(messages), len(previous))

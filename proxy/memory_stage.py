@@ -17,19 +17,24 @@ provider has already cached are never changed.
 
 from __future__ import annotations
 
+import bisect
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from compressors.changes import SYSTEM_PROMPT
+from compressors.pipeline import SeenTexts
 from compressors.view import Conversation
 from memory.catalog import MemoryCatalog
 from memory.injection_memo import Injected
 from memory.interfaces import InjectionMemos
 from memory.project import NO_PROJECT
 from memory.state import StateUnavailable
+from proxy.bodies import same_objects
 from proxy.flow import Flow
 from proxy.health import Health
 from proxy.injections import build_injections
@@ -46,9 +51,13 @@ INJECTION_STATE = "state_db_injections"  # the /health component for the injecti
 __all__ = ["MemoryReport", "MemoryStage", "build_memory_stage", "message_anchors"]
 
 
-def message_anchors(users: list[tuple[int, str]]) -> list[str]:
-    """A key per user message: a hash of its text and how many earlier ones had that text."""
+def message_anchors(users: list[tuple[int, str]], before: Sequence[str] = ()) -> list[str]:
+    """A key per user message: a hash of its text and how many earlier ones had that text;
+    ``before``: the anchors of the user messages before these."""
     seen: dict[str, int] = {}
+    for anchor in before:
+        digest, _, earlier = anchor.partition("#")
+        seen[digest] = int(earlier) + 1
     anchors = []
     for _, text in users:
         digest = xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"))
@@ -56,6 +65,39 @@ def message_anchors(users: list[tuple[int, str]]) -> list[str]:
         seen[digest] = copy + 1
         anchors.append(f"{digest}#{copy}")
     return anchors
+
+
+@dataclass(frozen=True, slots=True)
+class _UserTurns:
+    """A request's user messages that start a turn and their anchors, with the wire messages
+    they were read from (as the memory stage found them): the session's next request reads
+    only the messages after those it repeats object for object (``SeenTexts.carried``)."""
+
+    messages: list[Any]
+    users: list[tuple[int, str]]
+    anchors: list[str]
+
+
+_CARRIED = "memory.user_turns"
+
+
+def _user_turns(conversation: Conversation, seen: SeenTexts) -> _UserTurns:
+    """The conversation's user turns and anchors; what it repeats of the session's last
+    request (the same message objects) taken from what that request found."""
+    messages = conversation.wire.messages(conversation.body)
+    last = seen.carried.get(_CARRIED)
+    same = same_objects(messages, last.messages) if isinstance(last, _UserTurns) else 0
+    if same == 0 or last is None:
+        users = conversation.user_messages()
+        found = _UserTurns(list(messages), users, message_anchors(users))
+    else:
+        kept = bisect.bisect_left(last.users, same, key=itemgetter(0))
+        new = conversation.user_messages(same)
+        before = last.anchors[:kept]
+        anchors = before + message_anchors(new, before)
+        found = _UserTurns(list(messages), last.users[:kept] + new, anchors)
+    seen.carried[_CARRIED] = found
+    return found
 
 
 @dataclass
@@ -92,7 +134,8 @@ class MemoryStage:
             return False
         session = flow.session_id
         memo = self.memo.load(session)
-        users = conversation.user_messages()
+        turns = _user_turns(conversation, flow.seen)
+        users = turns.users
         moment = Moment(conversation, flow, self.catalog.get(resolution.path), memo, users, report)
         changed = False
         stable_is_new = memo.stable is None
@@ -107,7 +150,7 @@ class MemoryStage:
                 report.inject(SYSTEM_PROMPT, memo.stable, stable_is_new)
         if not users:
             return changed
-        anchors = message_anchors(users)
+        anchors = turns.anchors
         fresh = [k for k, anchor in enumerate(anchors) if anchor not in memo.by_anchor]
         newest = len(anchors) - 1
         if fresh and fresh[0] != newest:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compressors.pipeline import CompressionResult
+from compressors.tokens import estimate_tokens
 from compressors.view import Dialect
 from compressors.wire import parse_conversation
 from proxy.addons import build_addons
@@ -62,9 +63,9 @@ def test_the_project_is_identified_for_agent_and_compaction_requests_only(
 def test_each_report_adds_its_own_figures() -> None:
     compression = CompressionResult(tokens_before=900, tokens_after=300, event="turn")
     compression.counters.update({"compressed:search": 2, "reasoning_dropped": 5})
-    memory = MemoryReport(
-        None, "", new_turn=True, hits=3, captured=True, nudges=("memory",), injected_tokens=40
-    )
+    memory = MemoryReport(None, "", new_turn=True, hits=3, captured=True, nudges=("memory",))
+    memory.inject(0, "remembered " * 20, False)
+    memory.inject(3, "recalled " * 20, True)
     memory.resumed = "resume:2026-11-24T05:00"
     flow = Flow(Dialect.ANTHROPIC, "ses", RequestKind.AGENT)
     flow.reports += [CompressionReport(compression), memory, CompactionReport(None, Path(), 0, "")]
@@ -74,7 +75,8 @@ def test_each_report_adds_its_own_figures() -> None:
     assert (tally.outputs_compressed, tally.compression_events) == (2, 1)
     # the resume is not a nudge (it used to be told apart by a ":" in its tag)
     assert (tally.memory_turns, tally.memory_hits, tally.memory_nudges) == (1, 3, 1)
-    assert (tally.memory_captures, tally.tokens_injected, tally.checkpoints) == (1, 40, 0)
+    injected = estimate_tokens("remembered " * 20) + estimate_tokens("recalled " * 20)
+    assert (tally.memory_captures, tally.tokens_injected, tally.checkpoints) == (1, injected, 0)
     assert flow.report(MemoryReport) is memory and flow.report(int) is None
 
 

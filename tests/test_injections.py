@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from compressors.view import Dialect
+from compressors.pipeline import SeenTexts
+from compressors.view import Conversation, Dialect
 from compressors.wire import parse_conversation
 from memory.catalog import MemoryCatalog, MemorySettings
 from memory.injection import RECALL_KIND, RESUME_KIND, STABLE_KIND, TAG
@@ -19,6 +21,7 @@ from proxy.injections.nudges import Nudges
 from proxy.injections.recall import Recall
 from proxy.injections.resume import Resume
 from proxy.injections.stable import StableBlock
+from proxy.memory_stage import _user_turns, message_anchors
 from proxy.sessions import RequestKind
 
 MEMORY_MD = """# Project Memory
@@ -162,3 +165,37 @@ def test_a_store_that_keeps_no_live_copy_still_sends_the_same_bytes_first(tmp_pa
         sent.append(orjson.dumps(body))
     assert sent[0] == sent[1] and b"Never call the network" in sent[0]
     assert b"staging cluster first" in sent[0]
+
+
+def test_the_memory_stage_reads_only_the_user_turns_a_step_adds(monkeypatch):
+    """A session's steps share their repeated message objects: the user turns and anchors
+    read from what the last step found (``SeenTexts.carried``) are those a whole read gives,
+    copies of a text counted across the two parts, and only the messages after the repeated
+    ones are read; a message sent again as another object is read again."""
+    starts: list[int] = []
+    whole_read = Conversation.user_messages
+
+    def user_messages(self: Conversation, start: int = 0) -> list[tuple[int, str]]:
+        starts.append(start)
+        return whole_read(self, start)
+
+    monkeypatch.setattr(Conversation, "user_messages", user_messages)
+    seen = SeenTexts()
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    steps = [["fix it", "ok"], ["fix it", "done?"], ["again"], ["fix it"]]
+    for step, texts in enumerate(steps):
+        repeated = len(messages) if step else 0
+        if step == 3:  # the client sends the last step's last message again, changed
+            messages[-1] = {**messages[-1], "content": "k!"}
+            repeated -= 1
+        for text in texts:
+            messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "k"}]
+        body = {"model": "m", "messages": list(messages), "tools": TOOLS}
+        starts.clear()
+        found = _user_turns(parse_conversation(Dialect.OPENAI_CHAT, body), seen)
+        starts_seen = list(starts)
+        whole = parse_conversation(Dialect.OPENAI_CHAT, {**body})
+        assert found.users == whole_read(whole)
+        assert found.anchors == message_anchors(found.users)
+        assert starts_seen == [repeated]
+    assert len(set(found.anchors)) == len(found.anchors)

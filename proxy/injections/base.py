@@ -42,18 +42,18 @@ class MemoryReport:
     nudges: tuple[str, ...] = ()  # the kinds of reminder given with a new user message
     resumed: str = ""  # the tag of the checkpoint the new user message resumes, if any
     notes: list[str] = field(default_factory=list)
-    injected_tokens: int = 0  # estimated tokens this request carries because of memory blocks
-    injected: list[Change] = field(default_factory=list)  # each message the blocks went to
+    # Each wire message (as it arrived) the blocks went to, their text, and whether they were
+    # decided in this request (not re-applied). What they come to, their tokens and changes,
+    # is worked out when the request is counted, once its answer is out.
+    injected: list[tuple[int, str, bool]] = field(default_factory=list)
+
+    @property
+    def injected_tokens(self) -> int:
+        """Estimated tokens this request carries because of memory blocks."""
+        return sum(estimate_tokens(text) for _, text, _ in self.injected)
 
     def changes(self) -> list[Change]:
-        return self.injected
-
-    def inject(self, message: int, text: str, new: bool) -> None:
-        """Note ``text`` (memory blocks) added to wire message ``message`` (``new``: decided
-        in this request, not re-applied)."""
-        tokens = estimate_tokens(text)
-        self.injected_tokens += tokens
-        self.injected.append(
+        return [
             Change(
                 ChangeKind.MEMORY_INJECTED,
                 message,
@@ -61,11 +61,17 @@ class MemoryReport:
                 len(text),
                 text,
                 tokens_before=0,
-                tokens_after=tokens,
+                tokens_after=estimate_tokens(text),
                 new=new,
                 blocks=block_kinds(text),
             )
-        )
+            for message, text, new in self.injected
+        ]
+
+    def inject(self, message: int, text: str, new: bool) -> None:
+        """Note ``text`` (memory blocks) added to wire message ``message`` (``new``: decided
+        in this request, not re-applied)."""
+        self.injected.append((message, text, new))
 
     def account(self, tally: Tally) -> None:
         tally.tokens_injected += self.injected_tokens
