@@ -128,8 +128,11 @@ class ProjectMemory:
             return self.index.search(query, limit, now, floor=floor, meaning=text, vector=vector)
 
     def refresh_index(self) -> None:
-        """Re-read the memory files that changed since the last search."""
+        """Bring the search index up to what the memory files and the archived checkpoints
+        hold now, as the next search would (and then need not): at start-up, and once a
+        request's answer is out after it wrote memory (a checkpoint, a captured note)."""
         with self.index_lock:
+            self._watch_session_checkpoints()
             self.index.refresh()
 
     def recall(self, user_text: str, limit: int, now: date | None = None) -> list[Line]:

@@ -178,6 +178,10 @@ class CompactionStage:
             report.write_error = resolution.reason
         elif self.settings.checkpoints:
             self._write(memory_dir, flow.session_id, now, history, checkpoint, report)
+            if report.checkpoint is not None:
+                # The project's index takes the new checkpoint in once the answer is out, so
+                # the session's next user message does not wait for it in its search.
+                flow.defer(memory.refresh_index)
         changed = False
         if self.settings.compaction_compress:
             changed = self._compress(conversation, report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -496,3 +497,35 @@ async def test_a_compaction_whose_history_cannot_be_read_keeps_its_checkpoint(
     assert orjson.loads(line)["source"] == "transcript"
     assert Checkpoint.parse((memory_dir / CHECKPOINT_FILE).read_text()).session_id == "ses_h"
     assert proxy.state.sessions.get("ses_h").tally.fail_opens == 0
+
+
+async def test_the_index_takes_a_new_checkpoint_in_once_the_answer_is_out(
+    start_proxy, upstream, client, tmp_path, monkeypatch
+):
+    """Issue 16: the search index caught a new checkpoint (and a captured note) up only at
+    the next search, on the path of the session's next user message (a rebuild and the new
+    entries' embeddings: tens of milliseconds). The compaction's deferred work does it."""
+    from memory.catalog import ProjectMemory
+
+    refreshed: list[Path | None] = []
+    refresh_index = ProjectMemory.refresh_index
+
+    def counted(self: ProjectMemory) -> None:
+        refresh_index(self)
+        refreshed.append(self.project_dir)
+
+    monkeypatch.setattr(ProjectMemory, "refresh_index", counted)
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_i")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_i")
+    for _ in range(500):
+        if project in refreshed:
+            break
+        await asyncio.sleep(0.01)
+    assert project in refreshed
+    memory = proxy.state.memory.catalog.get(project)
+    archived = list((project / ".deep-memory" / "sessions" / "ses_i").glob("checkpoint-*"))
+    assert any(path in memory.index.paths for path in archived)
+    with memory.index_lock:
+        assert memory.index.refresh() is False  # nothing left for the next search to do

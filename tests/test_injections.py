@@ -131,6 +131,13 @@ def test_captures_add_nothing_but_keep_the_note(tmp_path):
     found = at_newest(moment(tmp_path, ["Remember: the CI runs on Python 3.11 only"]))
     assert Captures().decide(found) == [] and found.report.captured
     assert "Python 3.11 only" in found.memory.store.notes()
+    # The index takes the note in once the answer is out (deferred), not at the next search.
+    for job in found.flow.after:
+        job()
+    memory = found.memory
+    assert memory.store.notes_path in memory.index.paths
+    with memory.index_lock:
+        assert memory.index.refresh() is False
 
 
 def test_the_list_follows_the_settings_in_block_order():

@@ -56,4 +56,6 @@ class Captures:
         if self.health is not None:
             self.health.clear("memory_writes")
         moment.report.captured = added
+        if added:  # the index takes the note in once the answer is out, not at a next search
+            moment.flow.defer(moment.memory.refresh_index)
         return []
