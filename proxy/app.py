@@ -512,7 +512,9 @@ async def _rewritten(
     # The key its session's turn, deferred work and kept body are found under, as the rewrite
     # names the session (``session_id_for``), so the answer's deferred work is filed alike.
     session_key = given_session_id(request.headers)
-    await state.rewrites.finish_started(session_key)
+    started = state.rewrites.finish_started(session_key)
+    if started is not None:
+        await started
     result, rewrite_s, rewritten_on = None, 0.0, "loop"
     if _may_be_light(state, session_key, dialect, raw):
         result, rewrite_s = await state.rewrites.run_here(

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -323,11 +323,8 @@ class RewriteRunner:
         return await asyncio.shield(future)
 
     async def _take_turn(self, key: str) -> asyncio.Lock:
-        """Wait for the session's earlier requests; the caller must ``_release`` the lock.
-        The session's deferred work that has not started is cancelled: it was done ahead
-        for this request, which does it itself now."""
-        for deferred in self._deferred.pop(key, ()):
-            deferred.cancel()  # a job already running goes on; nobody waits for it
+        """Wait for the session's earlier requests; the caller must ``_release`` the lock."""
+        self._cancel_deferred(key)
         lock = self._join(key)
         try:
             await lock.acquire()
@@ -335,6 +332,12 @@ class RewriteRunner:
             self._leave(key)
             raise
         return lock
+
+    def _cancel_deferred(self, key: str) -> None:
+        """Cancel the session's deferred work that has not started: it was done ahead for the
+        request taking its turn, which does it itself now."""
+        for deferred in self._deferred.pop(key, ()):
+            deferred.cancel()  # a job already running goes on; nobody waits for it
 
     def _join(self, key: str) -> asyncio.Lock:
         lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
@@ -356,6 +359,11 @@ class RewriteRunner:
         """``fn(*args)`` on the event loop itself, after the session's earlier requests: for
         rewrites that cost less than handing them to a thread."""
         if session_key is None:
+            return fn(*args)
+        if session_key not in self._turns:
+            # No request of the session holds or awaits its turn, and none can take it while
+            # ``fn`` runs: nothing else runs on the loop meanwhile.
+            self._cancel_deferred(session_key)
             return fn(*args)
         lock = await self._take_turn(session_key)
         try:
@@ -401,23 +409,26 @@ class RewriteRunner:
         }
         self._prune_at = max(DEFERRED_PRUNE_SESSIONS, 2 * len(self._deferred))
 
-    async def finish_started(self, session_key: str | None) -> None:
-        """Wait (the event loop free meanwhile) for the session's deferred work that a worker
-        has begun, or that a free worker is about to: it makes what the session's next
-        request needs, which would otherwise make it itself beside it. Work that waits for a
-        busy worker is left to be cancelled (``_take_turn``). At most
-        ``DEFERRED_WAIT_SECONDS``: work still running then makes the step a worker's
+    def finish_started(self, session_key: str | None) -> Awaitable[object] | None:
+        """What to await (the event loop free meanwhile) for the session's deferred work that
+        a worker has begun, or that a free worker is about to, or None when there is none: it
+        makes what the session's next request needs, which would otherwise make it itself
+        beside it. Work that waits for a busy worker is left to be cancelled (``_take_turn``).
+        At most ``DEFERRED_WAIT_SECONDS``: work still running then makes the step a worker's
         (``deferring``)."""
-        if session_key is None:
-            return
+        if session_key is None or session_key not in self._deferred:
+            return None
+        deferred = self._deferred[session_key]
+        if all(future.done() for future in deferred):
+            del self._deferred[session_key]  # nothing to wait for, nor to cancel
+            return None
         workers = self._workers
         started = [
             asyncio.wrap_future(future)
-            for future in self._deferred.get(session_key, ())
+            for future in deferred
             if future.running() or (not future.done() and workers.starts_soon(future))
         ]
-        if started:
-            await asyncio.wait(started, timeout=DEFERRED_WAIT_SECONDS)
+        return asyncio.wait(started, timeout=DEFERRED_WAIT_SECONDS) if started else None
 
     def deferring(self, session_key: str | None) -> bool:
         """Whether work the session's last request deferred (``run_after``) has not all

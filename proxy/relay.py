@@ -43,14 +43,20 @@ def _connection_tokens(headers: CIMultiDictProxy[str]) -> set[str]:
     }
 
 
+# What never goes upstream from the client's headers (lower case), with and without the body's
+# length (a re-sent body has its own).
+_NOT_FORWARDED = HOP_BY_HOP | {"host", OPT_OUT_HEADER}
+_NOT_FORWARDED_NOR_LENGTH = _NOT_FORWARDED | {"content-length"}
+
+
 def upstream_request_headers(
     headers: CIMultiDictProxy[str], *, keep_content_length: bool
 ) -> CIMultiDict[str]:
     """The client's headers, byte for byte, less hop-by-hop ones, ``Host``, deepmem's own
     ``x-deep-memory`` and (when the body is re-sent by the proxy) ``Content-Length``."""
-    drop = HOP_BY_HOP | _connection_tokens(headers) | {"host", OPT_OUT_HEADER}
-    if not keep_content_length:
-        drop = drop | {"content-length"}
+    drop = _NOT_FORWARDED if keep_content_length else _NOT_FORWARDED_NOR_LENGTH
+    if "Connection" in headers:
+        drop = drop | _connection_tokens(headers)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         if name.lower() not in drop:
@@ -59,7 +65,7 @@ def upstream_request_headers(
 
 
 def client_response_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    drop = HOP_BY_HOP | _connection_tokens(headers)
+    drop = HOP_BY_HOP | _connection_tokens(headers) if "Connection" in headers else HOP_BY_HOP
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         if name.lower() not in drop:

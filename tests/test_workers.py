@@ -236,6 +236,56 @@ async def test_sessions_with_finished_deferred_work_are_not_remembered_without_b
         runner.close()
 
 
+async def test_a_step_on_the_loop_runs_at_once_unless_its_sessions_turn_is_held() -> None:
+    """Issue 16: a step rewritten on the event loop took the session's turn (a lock made,
+    acquired, released) even when no request of the session held or awaited it."""
+    runner = RewriteRunner(workers=1)
+    hold = Hold()
+    try:
+        step = runner.run_here("s", lambda: runner.sessions_waiting)
+        with pytest.raises(StopIteration) as finished:  # done without giving the loop up
+            step.send(None)
+        assert finished.value.value == 0  # no turn was taken: no lock made for it
+        earlier = asyncio.ensure_future(runner.run("s", hold))
+        assert await asyncio.to_thread(hold.started.wait, 10)
+        ran: list[str] = []
+        later = asyncio.ensure_future(runner.run_here("s", lambda: ran.append("on the loop")))
+        await asyncio.sleep(0.05)
+        assert ran == []  # waits for the session's earlier request
+        hold.release.set()
+        await earlier
+        await later
+        assert ran == ["on the loop"]
+        assert runner.sessions_waiting == 0
+    finally:
+        hold.release.set()
+        runner.close()
+
+
+async def test_finished_deferred_work_leaves_the_next_request_nothing_to_wait_for() -> None:
+    runner = RewriteRunner(workers=1)
+    done = threading.Event()
+    try:
+        runner.run_after("s", [done.set])
+        assert await asyncio.to_thread(done.wait, 10)
+        for _ in range(1000):  # the job is done once its future is
+            if not runner.deferring("s"):
+                break
+            await asyncio.sleep(0.001)
+        assert runner.finish_started("s") is None
+        assert not runner._deferred  # forgotten as it was looked at
+        blocker = Hold()
+        runner.run_after("s", [blocker])  # started, not finished: waited for
+        assert await asyncio.to_thread(blocker.started.wait, 10)
+        started = runner.finish_started("s")
+        assert started is not None
+        blocker.release.set()
+        await started
+        assert not runner.deferring("s")
+    finally:
+        runner.close()
+
+
 class _Outputs:
     """Deferred work holding what a request parsed (its outputs), as a flow's jobs do."""
 
