@@ -409,11 +409,6 @@ def _may_be_light(state: ProxyState, session_key: str | None, dialect: Dialect, 
     return may_be_light_step(state.bodies, (session_key, dialect.value), dialect, raw)
 
 
-# A request whose answer takes longer is counted meanwhile (its answer when relayed), so
-# the dashboard shows it pending or streaming; a quick answer is counted once, after it.
-PENDING_SHOWN_AFTER = 0.1
-
-
 def _server_timing(outbound: _Outbound) -> CIMultiDict[str]:
     """The proxy's time before forwarding and, for a rewritten chat request, the rewrite's own
     part of it and where it ran (the rest waited: for the session's turn, a worker, the loop)."""
@@ -452,14 +447,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         state.metrics.observe(
             "deepmem_proxy_overhead_seconds", outbound.overhead_s, route=outbound.route
         )
-        show = functools.partial(_show, state, outbound)
-        meanwhile = asyncio.get_running_loop().call_later(
-            PENDING_SHOWN_AFTER, functools.partial(state.sessions.settle, book, show, last=False)
-        )
+        state.sessions.show_meanwhile(book, functools.partial(_show, state, outbound))
         try:
             return await _forward(state, request, upstream, outbound, style, started)
         finally:
-            meanwhile.cancel()
             flow = outbound.rewrite.flow if outbound.rewrite is not None else None
             if flow is not None and flow.after:  # the answer is out: now the work that could wait
                 state.rewrites.run_after(outbound.session_id, flow.after)
@@ -557,8 +548,8 @@ async def _rewritten(
 def _show(state: ProxyState, outbound: _Outbound, book: Book) -> None:
     """The request in the statistics (under the registry's lock, on its worker): the core's
     counts and what each addon reported; once its answer has been relayed, or meanwhile when
-    the answer takes longer than ``PENDING_SHOWN_AFTER`` (the dashboard shows it pending or
-    streaming)."""
+    the answer takes longer than ``proxy.sessions.PENDING_SHOWN_AFTER`` (the dashboard shows
+    it pending or streaming)."""
     if outbound.shown:
         return
     outbound.shown = True

@@ -35,6 +35,9 @@ BOOKS_BATCH_SECONDS = 0.05
 # How long it goes on looking every BOOKS_BATCH_SECONDS after the last book it counted, before
 # it sleeps until a book wakes it: while requests keep coming, none of them wakes it.
 BOOKS_LINGER_SECONDS = 2.0
+# A request whose answer takes longer is shown meanwhile (``SessionRegistry.show_meanwhile``),
+# pending or streaming on the dashboard; a quick answer is counted once, after it.
+PENDING_SHOWN_AFTER = 0.1
 
 
 class RequestKind(StrEnum):
@@ -330,6 +333,7 @@ class Book:
     parent_id: str | None = None
     chat: ChatFigures | None = None  # a chat request's figures (None: a relayed call)
     prepare: BookHook | None = None  # the caller's work before counting, off the lock
+    meanwhile: BookHook | None = None  # what to count if the answer is long in coming
     commits: list[BookHook] = field(default_factory=list)  # the caller's counting, under it
     session: Session | None = None  # once counted: the registry's session
     record: RequestRecord | None = None  # and the chat request's record
@@ -444,6 +448,28 @@ class SessionRegistry:
             if book.entered:
                 self._schedule()
 
+    def show_meanwhile(self, book: Book, commit: BookHook) -> None:
+        """Have ``commit(book)`` counted as a part of the book (``settle`` with ``last``
+        false) once the request has waited ``PENDING_SHOWN_AFTER`` since it arrived without
+        being settled: the worker looks for such books while any wait. Nothing is armed on
+        the event loop for it (a timer made and cancelled for every request)."""
+        book.meanwhile = commit
+        if not self._looking:
+            with self._queue_lock:
+                self._schedule()
+
+    def _take_long_waits(self) -> None:
+        """Settle in part (under ``_queue_lock``) the books waiting long for their answer."""
+        due = time.time() - PENDING_SHOWN_AFTER
+        for book in self._entered:
+            if book.meanwhile is not None and not book.done and book.at <= due:
+                book.commits.append(book.meanwhile)
+                book.meanwhile, book.ready = None, True
+
+    def _waiting(self) -> bool:
+        """Whether an entered book may yet be shown meanwhile (under ``_queue_lock``)."""
+        return any(book.meanwhile is not None and not book.done for book in self._entered)
+
     def flush(self) -> None:
         """Count every settled book now (a reader is asking)."""
         with self._pricing:
@@ -464,8 +490,9 @@ class SessionRegistry:
 
     def _work(self) -> None:
         """Once woken, count what is settled every ``BOOKS_BATCH_SECONDS`` (a reader meanwhile
-        counts it itself), until ``BOOKS_LINGER_SECONDS`` pass without a book; then sleep
-        until one wakes it."""
+        counts it itself) and what has waited long for its answer (``show_meanwhile``), until
+        ``BOOKS_LINGER_SECONDS`` pass without a book and none waits; then sleep until one
+        wakes it."""
         while True:
             self._wake.wait()
             with self._queue_lock:
@@ -477,12 +504,15 @@ class SessionRegistry:
                 if self._count():
                     counted = time.monotonic()
                 elif time.monotonic() - counted >= BOOKS_LINGER_SECONDS:
-                    break
+                    with self._queue_lock:
+                        if not self._waiting():
+                            break
             with self._queue_lock:
                 self._looking = False
                 if self._stopped:
                     return
-                if any(book.ready for book in self._entered):  # readied as it stopped looking
+                # Readied, or waiting, as it stopped looking.
+                if self._waiting() or any(book.ready for book in self._entered):
                     self._wake.set()
 
     @property
@@ -493,6 +523,7 @@ class SessionRegistry:
     def _count(self) -> bool:
         """``flush``: whether there was anything to count."""
         with self._queue_lock:
+            self._take_long_waits()
             ready = any(book.ready for book in self._entered)
         if ready:
             try:
@@ -503,6 +534,7 @@ class SessionRegistry:
 
     def _count_books(self) -> None:
         with self._queue_lock:
+            self._take_long_waits()
             batch = list(self._entered)
             ready: list[tuple[Book, list[BookHook]]] = []
             for book in batch:

@@ -412,3 +412,53 @@ def test_books_settled_while_the_worker_looks_do_not_wake_it(
         assert registry.wakes == 2
     finally:
         registry.shutdown()
+
+
+def test_a_book_long_without_its_answer_is_shown_meanwhile_by_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 16: a timer was armed on the event loop and cancelled for every request, to show
+    one whose answer takes long; the bookkeeping worker looks for those itself now, woken by
+    the first, and goes on looking past the linger while one still waits."""
+    monkeypatch.setattr(sessions, "BOOKS_LINGER_SECONDS", 0.2)
+    registry = SessionRegistry(10)
+    parts: list[str] = []
+    quick, slow = _chat_book("s", b'{"a":1}', time.time()), _chat_book("t", b'{"a":2}', 0.0)
+    try:
+        registry.enter(quick, commit=lambda b: parts.append("quick"))
+        registry.show_meanwhile(quick, lambda b: parts.append("quick meanwhile"))
+        registry.settle(quick, lambda b: parts.append("quick answered"))  # before it was due
+        assert _waited_for(lambda: "quick answered" in parts)
+        slow.at = time.time() + 0.6  # arrives now, due in 0.7 s: past the linger
+        registry.enter(slow, commit=lambda b: parts.append("slow"))
+        registry.show_meanwhile(slow, lambda b: parts.append("slow meanwhile"))
+        time.sleep(0.4)
+        assert "slow" not in parts  # not due yet: nothing shown
+        assert _waited_for(lambda: "slow meanwhile" in parts)
+        assert registry.wakes == 1  # the first book woke it; it looked on while one waited
+        registry.settle(slow, lambda b: parts.append("slow answered"))
+        assert _waited_for(lambda: "slow answered" in parts)
+        assert parts == [
+            "quick",
+            "quick answered",
+            "slow",
+            "slow meanwhile",
+            "slow answered",
+        ]
+    finally:
+        registry.shutdown()
+
+
+def test_a_reader_sees_a_book_long_without_its_answer() -> None:
+    """A reader counts first (the worker waits ``BOOKS_BATCH_SECONDS`` before it looks): it
+    takes the long waits too, as the worker does."""
+    registry = SessionRegistry(10)
+    book = _chat_book("s", b'{"a":1}', time.time() - 1.0)
+    shown: list[str] = []
+    try:
+        registry.enter(book, commit=lambda b: shown.append("request"))
+        registry.show_meanwhile(book, lambda b: shown.append("meanwhile"))
+        registry.flush()
+        assert shown == ["request", "meanwhile"]
+    finally:
+        registry.shutdown()
