@@ -307,6 +307,8 @@ class _Outbound:
     rewrite_s: float = 0.0  # the rewrite itself (``_prepare``), apart from waiting for its turn
     rewritten_on: str = ""  # "loop" or "worker"
     access: LogLine | None = None  # its access log line, written once it is counted
+    wire_in: int = 0  # a chat request's bytes as received and as forwarded: the metrics'
+    wire_out: int = 0
 
 
 @dataclass(slots=True)
@@ -444,13 +446,11 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 return read
             outbound = read
         outbound.overhead_s = time.perf_counter() - started
-        state.metrics.observe(
-            "deepmem_proxy_overhead_seconds", outbound.overhead_s, route=outbound.route
-        )
         state.sessions.show_meanwhile(book, functools.partial(_show, state, outbound))
         try:
             return await _forward(state, request, upstream, outbound, style, started)
         finally:
+            _count_forwarded(state, outbound)
             flow = outbound.rewrite.flow if outbound.rewrite is not None else None
             if flow is not None and flow.after:  # the answer is out: now the work that could wait
                 state.rewrites.run_after(outbound.session_id, flow.after)
@@ -497,7 +497,6 @@ async def _rewritten(
             "(--max-body-mb / DEEP_MEMORY_MAX_BODY_MB)"
         )
         return _error(style, 413, message, "request_too_large", "request_too_large")
-    metrics.inc("deepmem_bytes_in_total", len(wire))
     if settings.log_bodies:
         log.debug("request body %s %s: %s", request.method, request.path, body_for_log(raw))
     # The key its session's turn, deferred work and kept body are found under, as the rewrite
@@ -518,15 +517,6 @@ async def _rewritten(
         rewritten_on = "worker"
     assert result is not None
     forwarded = result.body if result.changed else wire  # unchanged: exactly as received
-    metrics.inc("deepmem_bytes_out_total", len(forwarded))
-    if result.outcome == Outcome.NOT_JSON:
-        metrics.inc("deepmem_non_json_bodies_total", route=route)
-    elif result.outcome == Outcome.NOT_CHAT:
-        metrics.inc("deepmem_unrecognised_bodies_total", route=route)
-    elif result.outcome == Outcome.FAILED_OPEN:
-        metrics.inc("deepmem_fail_open_total", route=route)
-        fields = {"session": result.session_id, "error": result.error}
-        log.warning("fail-open", extra={"fields": fields})
     headers = upstream_request_headers(request.headers, keep_content_length=False)
     if result.changed and coding:
         del headers["Content-Encoding"]  # a rewritten body goes upstream uncompressed
@@ -540,9 +530,30 @@ async def _rewritten(
         len(raw),
         len(result.body),
         result,
+        wire_in=len(wire),
+        wire_out=len(forwarded),
         rewrite_s=rewrite_s,
         rewritten_on=rewritten_on,
     )
+
+
+def _count_forwarded(state: ProxyState, outbound: _Outbound) -> None:
+    """The metrics of a forwarded request, once its answer is out (or it ended): nothing on the
+    way upstream that can wait."""
+    metrics, route, result = state.metrics, outbound.route, outbound.rewrite
+    metrics.observe("deepmem_proxy_overhead_seconds", outbound.overhead_s, route=route)
+    if result is None:  # relayed as it came
+        return
+    metrics.inc("deepmem_bytes_in_total", outbound.wire_in)
+    metrics.inc("deepmem_bytes_out_total", outbound.wire_out)
+    if result.outcome == Outcome.NOT_JSON:
+        metrics.inc("deepmem_non_json_bodies_total", route=route)
+    elif result.outcome == Outcome.NOT_CHAT:
+        metrics.inc("deepmem_unrecognised_bodies_total", route=route)
+    elif result.outcome == Outcome.FAILED_OPEN:
+        metrics.inc("deepmem_fail_open_total", route=route)
+        fields = {"session": result.session_id, "error": result.error}
+        log.warning("fail-open", extra={"fields": fields})
 
 
 def _show(state: ProxyState, outbound: _Outbound, book: Book) -> None:

@@ -315,6 +315,34 @@ async def test_a_request_whose_answer_takes_long_is_shown_meanwhile(
     assert session["usage_seen"]["responses"] == 1
 
 
+async def test_a_requests_metrics_are_counted_once_it_has_been_forwarded(
+    proxy: RunningProxy,
+    upstream: FakeUpstream,
+    client: aiohttp.ClientSession,
+) -> None:
+    """Issue 16: the metrics of a request (bytes in and out, the proxy's overhead) were
+    counted on its way upstream; they wait for its answer now, as its statistics do."""
+    metrics = proxy.state.metrics
+    when_forwarded: list[float] = []
+
+    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
+        when_forwarded.append(metrics.counter_total("deepmem_bytes_in_total"))
+        return await upstream.provider_like(request, body)
+
+    upstream.handler = provider
+    body = _body(1)
+    assert await _chat(client, proxy, body) == 200
+    assert when_forwarded == [0]
+    for _ in range(200):  # counted as the handler ends, which the client need not wait for
+        if metrics.counter_total("deepmem_bytes_in_total"):
+            break
+        await asyncio.sleep(0.01)
+    assert metrics.counter_total("deepmem_bytes_in_total") == len(body)
+    assert metrics.counter_total("deepmem_bytes_out_total") > 0
+    overhead = metrics.histograms["deepmem_proxy_overhead_seconds"]
+    assert sum(histogram.total for histogram in overhead.values()) == 1
+
+
 def test_a_book_settled_in_parts_is_counted_once_and_each_part_in_turn() -> None:
     registry = SessionRegistry(10)
     book = _chat_book("s", b'{"a":1}', 1000.0)
