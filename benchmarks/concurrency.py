@@ -67,6 +67,7 @@ from benchmarks.overhead import (
     cpu_seconds,
     fetch,
     free_port,
+    page_faults,
     percentile,
     processes,
     to_ms,
@@ -143,6 +144,8 @@ class Run:
     # deepmem's, by thread (``benchmarks.overhead.cpu_by_thread``): which of them used the CPU.
     # What threads that ended meanwhile used is "ended threads".
     cpu_ms_by_thread: dict[str, float] = field(default_factory=dict)
+    # Each proxy's minor page faults per request sent to it, over the replay.
+    faults: dict[str, float] = field(default_factory=dict)
 
     @property
     def mean_sessions_active(self) -> float:
@@ -269,6 +272,7 @@ async def run(setup: Setup) -> Run:
                 measured = {"control": relay.pid, "deepmem": proxy.pid}
                 cpu_before = {name: cpu_seconds(pid) for name, pid in measured.items()}
                 threads_before = cpu_by_thread(proxy.pid)
+                faults_before = {name: page_faults(pid) for name, pid in measured.items()}
                 started = time.perf_counter()
                 await asyncio.gather(
                     *(
@@ -293,6 +297,10 @@ async def run(setup: Setup) -> Run:
                             "loop": round((after[0] - before[0]) * 1000 / sent, 3),
                             "all": round((after[1] - before[1]) * 1000 / sent, 3),
                         }
+                for name, pid in measured.items():
+                    faulted, faults_after = faults_before[name], page_faults(pid)
+                    if faulted is not None and faults_after is not None and sent:
+                        result.faults[name] = round((faults_after - faulted) / sent, 1)
                 result.cpu_ms_by_thread = _by_thread(
                     threads_before, cpu_by_thread(proxy.pid), result.cpu_ms.get("deepmem"), sent
                 )
@@ -487,6 +495,12 @@ def print_table(
                 for name, used in cpu.items()
             )
         )
+    faults = meta.get("page_faults_per_request")
+    if faults:
+        print(
+            "minor page faults per request: "
+            + ", ".join(f"{name} {count:g}" for name, count in faults.items())
+        )
     threads = meta.get("deepmem_cpu_ms_per_request_by_thread")
     if threads:
         print(
@@ -671,6 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "memory_search": result.memory_search,
         "cpu_ms_per_request": result.cpu_ms,
         "deepmem_cpu_ms_per_request_by_thread": result.cpu_ms_by_thread,
+        "page_faults_per_request": result.faults,
         "requests_per_s": round(requests / result.wall_s, 2) if result.wall_s else 0.0,
         "http_requests_per_s": (
             round(len(TARGETS) * requests / result.wall_s, 2) if result.wall_s else 0.0

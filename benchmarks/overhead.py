@@ -196,6 +196,17 @@ def cpu_seconds(pid: int) -> tuple[float, float] | None:
     return used(first), used(whole)
 
 
+def page_faults(pid: int) -> int | None:
+    """Minor page faults a process has taken (all its threads', from ``/proc``): pages mapped
+    and zeroed for it afresh, a cost per request when its allocator gives large blocks back
+    and takes them again (``proxy/malloc.py``). None where there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[7])  # minflt, after the command name
+
+
 def cpu_by_thread(pid: int) -> dict[int, tuple[str, float]] | None:
     """CPU seconds each of a process's threads has used, by thread id, with the name the
     operating system knows it by (``memory.threads.NamedThread``; a worker's number left out,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from benchmarks.concurrency import (
     spread,
     summary,
 )
-from benchmarks.overhead import Timing, cpu_by_thread, cpu_seconds
+from benchmarks.overhead import Timing, cpu_by_thread, cpu_seconds, page_faults
 from memory.threads import NamedThread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +92,10 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
         assert threads["event loop"] == pytest.approx(cpu["deepmem"]["loop"], abs=0.02)
         assert "deepmem-rewrite" in threads
         assert sum(threads.values()) == pytest.approx(cpu["deepmem"]["all"], abs=0.05)
+        # and the page faults each took per request
+        faults = meta["page_faults_per_request"]
+        assert set(faults) == {"control", "deepmem"}
+        assert all(count >= 0 for count in faults.values())
     # the embedding model is in the test environment (the [test] extra), so deepmem used it
     assert meta["memory_search"].startswith("bm25+"), meta["memory_search"]
     # sessions 0 and 2 replay the big transcript, session 1 the small one
@@ -301,6 +306,19 @@ def test_rewrite_split_reads_deepmem_s_server_timing_by_where_the_rewrite_ran() 
             "waited_p95": 3.0,
         },
     }
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc")
+def test_page_faults_count_the_pages_a_process_touches_afresh() -> None:
+    before = page_faults(os.getpid())
+    assert before is not None
+    pages = 2_000
+    with mmap.mmap(-1, pages * mmap.PAGESIZE) as fresh:  # anonymous: no page is mapped yet
+        for page in range(pages):
+            fresh[page * mmap.PAGESIZE] = 1
+    after = page_faults(os.getpid())
+    assert after is not None and after - before >= pages
+    assert page_faults(2**22 + 12345) is None  # no such process
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc")
