@@ -65,7 +65,7 @@ def upstream_request_headers(
 
 
 def client_response_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    drop = HOP_BY_HOP | _connection_tokens(headers) if "Connection" in headers else HOP_BY_HOP
+    drop = (HOP_BY_HOP | _connection_tokens(headers)) if "Connection" in headers else HOP_BY_HOP
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         if name.lower() not in drop:
