@@ -41,6 +41,7 @@ from proxy.opt_out import OptOut
 from proxy.pipeline import (
     GIL_SWITCH_SECONDS,
     Outcome,
+    Read,
     Rewrite,
     RewriteRunner,
     may_be_light_step,
@@ -367,16 +368,18 @@ def _prepare(
     headers: CIMultiDictProxy[str],
     book: Book,
     light: bool = False,
-) -> tuple[Rewrite | None, float]:
+    read: Read | None = None,
+) -> tuple[Rewrite | Read | None, float]:
     """The rewrite, on a worker thread (``RewriteRunner``), and the seconds it took (the
     rewrite's own part of the proxy's time); its book entered, in the session's order, to be
-    counted after the answer. With ``light``, on the event loop, or None (nothing entered)
-    when the step is not a light one after all."""
+    counted after the answer. With ``light``, on the event loop; when the step is not a light
+    one after all, nothing is entered and what was read of it (if anything) is returned, for
+    the worker to go on from (``read``)."""
     start = time.perf_counter()
     args = (raw, dialect, headers, state.addons, state.stores.clock, state.opt_out, state.bodies)
-    found = rewrite_light_step(*args) if light else rewrite_request(*args)
-    if found is None:
-        return None, time.perf_counter() - start
+    found = rewrite_light_step(*args) if light else rewrite_request(*args, read=read)
+    if not isinstance(found, Rewrite):
+        return found, time.perf_counter() - start
     result = found
     model = result.conversation.body.get("model") if result.conversation else None
     book.at = time.time()
@@ -505,17 +508,20 @@ async def _rewritten(
     started = state.rewrites.finish_started(session_key)
     if started is not None:
         await started
-    result, rewrite_s, rewritten_on = None, 0.0, "loop"
+    found: Rewrite | Read | None = None
+    rewrite_s, rewritten_on = 0.0, "loop"
     if _may_be_light(state, session_key, dialect, raw):
-        result, rewrite_s = await state.rewrites.run_here(
+        found, rewrite_s = await state.rewrites.run_here(
             session_key, _prepare, state, raw, dialect, request.headers, book, True
         )
-    if result is None:
-        result, rewrite_s = await state.rewrites.run(
-            session_key, _prepare, state, raw, dialect, request.headers, book
+    if not isinstance(found, Rewrite):
+        found, worker_s = await state.rewrites.run(
+            session_key, _prepare, state, raw, dialect, request.headers, book, False, found
         )
+        rewrite_s += worker_s
         rewritten_on = "worker"
-    assert result is not None
+    result = found
+    assert isinstance(result, Rewrite)
     forwarded = result.body if result.changed else wire  # unchanged: exactly as received
     headers = upstream_request_headers(request.headers, keep_content_length=False)
     if result.changed and coding:

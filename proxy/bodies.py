@@ -175,6 +175,11 @@ class BodyCache:
                 parsed.tail = _tail(body, wire)
         return parsed
 
+    def basis(self, key: tuple[str, str]) -> object:
+        """What the session's next body is parsed against, compared by identity: it changes
+        whenever a request of the session is remembered or forgotten."""
+        return self._kept.get(key)
+
     def growth(self, key: tuple[str, str] | None, raw: bytes) -> Growth | None:
         """Where the messages ``raw`` adds to the session's previous body lie in it, when it
         repeats all of that body's messages but at most the last two (None otherwise). The

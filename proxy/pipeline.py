@@ -99,6 +99,20 @@ class Rewrite:
         return self.outcome == Outcome.REWRITTEN
 
 
+@dataclass(slots=True)
+class Read:
+    """A request ``rewrite_light_step`` parsed and walked but did not rewrite (it was not a
+    light step after all): ``rewrite_request`` goes on from here instead of reading it again,
+    unless the session's kept body changed meanwhile (another of its requests was rewritten:
+    ``BodyCache.basis``)."""
+
+    parsed: Parsed
+    conversation: Conversation
+    session_id: str
+    kind: RequestKind
+    basis: object
+
+
 def rewrite_request(
     raw: bytes,
     dialect: Dialect,
@@ -107,12 +121,16 @@ def rewrite_request(
     clock: RequestClock | None = None,
     opt_out: OptOut | None = None,
     bodies: BodyCache | None = None,
+    read: Read | None = None,
 ) -> Rewrite:
     """Never raises: every failure path returns the original bytes, and so does a request
     ``opt_out`` names (before any addon runs). With ``bodies``, a request of a session that
-    names itself is parsed only from where it differs from the session's previous one."""
-    rewrite = _rewrite(raw, dialect, headers, addons, clock, opt_out, bodies, light_only=False)
-    assert rewrite is not None
+    names itself is parsed only from where it differs from the session's previous one;
+    ``read`` is what ``rewrite_light_step`` made of these very bytes."""
+    rewrite = _rewrite(
+        raw, dialect, headers, addons, clock, opt_out, bodies, light_only=False, read=read
+    )
+    assert isinstance(rewrite, Rewrite)
     return rewrite
 
 
@@ -124,10 +142,11 @@ def rewrite_light_step(
     clock: RequestClock | None,
     opt_out: OptOut | None,
     bodies: BodyCache,
-) -> Rewrite | None:
-    """``rewrite_request`` for a step that is cheap to rewrite, or None (before any addon
-    ran) when it is not. A light step is a session's next one: it adds at most
-    ``LIGHT_STEP_BYTES`` of messages to its previous request, holds at most
+) -> Rewrite | Read | None:
+    """``rewrite_request`` for a step that is cheap to rewrite. When it is not, no addon ran:
+    what was read of it is returned, for ``rewrite_request`` to go on from (None when the
+    request names no session to keep it under). A light step is a session's next one: it
+    adds at most ``LIGHT_STEP_BYTES`` of messages to its previous request, holds at most
     ``LIGHT_BODY_BYTES`` of them, and begins no user turn (a new turn's memory recall and
     rewrites are the expensive work) nor brings a tool output large enough to be compressed
     on arrival. Messages it sends again changed only in their cache marks (Anthropic's, which
@@ -183,47 +202,62 @@ def _rewrite(
     bodies: BodyCache | None,
     *,
     light_only: bool,
-) -> Rewrite | None:
+    read: Read | None = None,
+) -> Rewrite | Read | None:
     session_id, kind = session_id_for(headers, None), RequestKind.OTHER
     given = given_session_id(headers)
     key = (given, dialect.value) if bodies is not None and given is not None else None
     wire = FORMATS[dialect]
+    if read is not None and (bodies is None or key is None or bodies.basis(key) is not read.basis):
+        read = None  # another request of the session was rewritten since: read it again
     try:
-        parsed = Parsed(*jsontext.loads(raw)) if bodies is None else bodies.parse(key, wire, raw)
+        if read is not None:
+            parsed = read.parsed
+        else:
+            parsed = (
+                Parsed(*jsontext.loads(raw)) if bodies is None else bodies.parse(key, wire, raw)
+            )
     except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
         return Rewrite(raw, Outcome.NOT_JSON, session_id, kind, relay_reason=Outcome.NOT_JSON)
     body = parsed.body
     try:
-        try:
-            # What the walk finds is kept only where the body is: the session's next body
-            # is walked from where it differs.
-            conversation = parse_conversation(dialect, body, parsed.walked, keep=key is not None)
-            parsed.walked = conversation.walked
-        except UnrecognisedBody as exc:  # the client's or provider's business, not a bug of ours
-            log.info(
-                "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc
-            )
-            return Rewrite(
-                raw,
-                Outcome.NOT_CHAT,
-                session_id,
-                kind,
-                error=str(exc),
-                relay_reason=Outcome.NOT_CHAT,
-            )
-        session_id = session_id_for(headers, conversation)
-        kind = classify(conversation)
-        reason = opt_out.reason(headers, body) if opt_out is not None else None
-        if reason is not None:
-            if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
-                bodies.remember(key, raw, parsed)  # untouched: the next is parsed after it
-            return Rewrite(
-                raw, Outcome.OPTED_OUT, session_id, kind, conversation, relay_reason=reason
-            )
-        if not addons:
-            return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+        if read is not None:
+            conversation, session_id, kind = read.conversation, read.session_id, read.kind
+        else:
+            try:
+                # What the walk finds is kept only where the body is: the session's next body
+                # is walked from where it differs.
+                conversation = parse_conversation(
+                    dialect, body, parsed.walked, keep=key is not None
+                )
+                parsed.walked = conversation.walked
+            except UnrecognisedBody as exc:  # the client's or provider's business, not ours
+                log.info(
+                    "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc
+                )
+                return Rewrite(
+                    raw,
+                    Outcome.NOT_CHAT,
+                    session_id,
+                    kind,
+                    error=str(exc),
+                    relay_reason=Outcome.NOT_CHAT,
+                )
+            session_id = session_id_for(headers, conversation)
+            kind = classify(conversation)
+            reason = opt_out.reason(headers, body) if opt_out is not None else None
+            if reason is not None:
+                if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
+                    bodies.remember(key, raw, parsed)  # untouched: the next is parsed after it
+                return Rewrite(
+                    raw, Outcome.OPTED_OUT, session_id, kind, conversation, relay_reason=reason
+                )
+            if not addons:
+                return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
         if light_only and not (parsed.start >= 0 and _light(parsed, conversation, kind)):
-            return None
+            if bodies is None or key is None:
+                return None
+            return Read(parsed, conversation, session_id, kind, bodies.basis(key))
         if key is not None and parsed.start >= 0:
             conversation.share_messages(parsed.edits)  # objects of the previous and next request
         idle = _idle_seconds(clock, session_id)

@@ -23,7 +23,7 @@ from proxy.bodies import BodyCache, write
 from proxy.config import load_settings
 from proxy.flow import Addon
 from proxy.memory_api import memory_service
-from proxy.pipeline import rewrite_request
+from proxy.pipeline import Read, Rewrite, rewrite_request
 from proxy.stores import open_stores
 from tests.addons import Hook
 from tests.strategies import Session, renderings, sessions, with_cache_marks
@@ -685,9 +685,10 @@ def test_the_step_that_sends_its_turn_s_first_message_again_with_moved_marks_is_
         body = with_cache_marks({"model": "m", "max_tokens": 9, "messages": messages}, "messages")
         raw = orjson.dumps(body)
         args = (raw, Dialect.ANTHROPIC, headers, addons, None, None, bodies)
-        light = rewrite_light_step(*args) is not None
+        found = rewrite_light_step(*args)
+        light = isinstance(found, Rewrite)
         if not light:
-            rewrite_request(*args)
+            rewrite_request(*args, read=found)
         return light
 
     def step(n: int) -> list[dict[str, Any]]:
@@ -705,6 +706,76 @@ def test_the_step_that_sends_its_turn_s_first_message_again_with_moved_marks_is_
     assert send(*step(3))  # its first message comes again, its mark moved
     assert send(*step(4))
     assert send(*step(5))
+
+
+def _anthropic_session(bodies: BodyCache) -> tuple[list[dict[str, Any]], Any]:
+    """A session of a task and two tool steps, remembered in ``bodies``, and a function
+    giving the raw body of its messages plus some (cache marks on the last two, as OpenCode
+    sends them)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
+
+    def raw(*added: dict[str, Any]) -> bytes:
+        body = {"model": "m", "max_tokens": 9, "messages": [*messages, *added]}
+        return orjson.dumps(with_cache_marks(body, "messages"))
+
+    for n in range(2):
+        use = {"type": "tool_use", "id": f"t{n}", "name": "bash", "input": {"command": "ls"}}
+        result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": "a.py"}
+        messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+        rewrite_request(raw(), Dialect.ANTHROPIC, {"x-session-id": "ses_r"}, [], bodies=bodies)
+    return messages, raw
+
+
+def test_a_step_found_not_light_is_rewritten_from_what_its_light_attempt_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An Anthropic user turn cannot be told from a tool step by its bytes: it is parsed and
+    walked on the event loop, found not light, and goes to a worker, which goes on from what
+    was read (it parsed and walked the body a second time before)."""
+    from proxy import pipeline
+    from proxy.pipeline import rewrite_light_step
+
+    bodies = BodyCache()
+    _, raw = _anthropic_session(bodies)
+    parses: list[int] = []
+    walks: list[int] = []
+    parse, walk = BodyCache.parse, pipeline.parse_conversation
+    monkeypatch.setattr(BodyCache, "parse", lambda *a: parses.append(1) or parse(*a))
+    monkeypatch.setattr(
+        pipeline, "parse_conversation", lambda *a, **k: walks.append(1) or walk(*a, **k)
+    )
+    seen: list[int] = []
+    addons = [Hook(lambda conversation, flow: seen.append(len(conversation.items)) and False)]
+    turn = raw(
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        {"role": "user", "content": [{"type": "text", "text": "next task"}]},
+    )
+    args = (turn, Dialect.ANTHROPIC, {"x-session-id": "ses_r"}, addons, None, None, bodies)
+    found = rewrite_light_step(*args)
+    assert isinstance(found, Read) and not seen  # no addon ran on the loop
+    rewrite = rewrite_request(*args, read=found)
+    assert rewrite.outcome == "forwarded" and rewrite.body is turn
+    assert rewrite.conversation is found.conversation and len(seen) == 1
+    assert parses == [1] and walks == [1]
+    assert bodies._kept[("ses_r", "anthropic")].raw is turn  # kept for the next step
+
+
+def test_what_a_light_attempt_read_is_read_again_after_another_request_of_its_session() -> None:
+    """Between the event loop's attempt and the worker, another request of the session may
+    have been rewritten (its kept body, edits and walk moved on): the worker parses again."""
+    from proxy.pipeline import rewrite_light_step
+
+    bodies = BodyCache()
+    _, raw = _anthropic_session(bodies)
+    turn = raw({"role": "user", "content": [{"type": "text", "text": "next task"}]})
+    args = (turn, Dialect.ANTHROPIC, {"x-session-id": "ses_r"}, [Hook(lambda c, f: False)])
+    found = rewrite_light_step(*args, None, None, bodies)
+    assert isinstance(found, Read)
+    rewrite_request(raw(), *args[1:], bodies=bodies)  # meanwhile: the session's last body again
+    again = rewrite_request(*args, bodies=bodies, read=found)
+    assert again.conversation is not found.conversation
+    assert again.conversation is not None and again.outcome == "forwarded"
+    assert len(again.conversation.items) == len(found.conversation.items)
 
 
 def _remembered(dialect: Dialect, body: dict[str, Any]) -> tuple[BodyCache, tuple[str, str]]:
