@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
@@ -62,6 +61,7 @@ from proxy.sessions import (
     session_title,
 )
 from proxy.stores import STATE_DB, STATE_SERVER, Stores, open_durable_stores
+from proxy.upstream_http import UpstreamError
 from proxy.usage import UsageReader
 
 log = logging.getLogger("deepmem.proxy")
@@ -647,8 +647,7 @@ async def _forward(
     headers = outbound.headers
     url = _upstream_url(request, upstream)
     if url.user is not None:
-        # The configured user:password goes as Basic auth, in place of the client's header
-        # (aiohttp refuses both: ValueError, a 500 on every request).
+        # The configured user:password goes as Basic auth, in place of the client's header.
         headers.popall("Authorization", None)
 
     def access(status: int, bytes_back: int = 0) -> None:
@@ -661,13 +660,8 @@ async def _forward(
         metrics.gauge_add("deepmem_active_streams", 1)
 
     try:
-        async with state.pool.session(upstream.name).request(
-            request.method,
-            url,
-            data=outbound.body,
-            headers=headers,
-            allow_redirects=False,
-            compress=None,
+        async with state.pool.client(upstream.name).request(
+            request.method, url, headers, outbound.body
         ) as upstream_response:
             status = outbound.status = upstream_response.status
             if status == 404 and route != "relay":
@@ -686,8 +680,8 @@ async def _forward(
         if isinstance(exc, asyncio.CancelledError):
             raise
         return web.Response(status=499)  # nobody reads it; raising would log a traceback
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        timed_out = isinstance(exc, asyncio.TimeoutError)
+    except UpstreamError as exc:
+        timed_out = isinstance(exc, TimeoutError)
         code = 504 if timed_out else 502
         reason = "timed out" if timed_out else "unreachable"
         metrics.inc("deepmem_upstream_errors_total", upstream=upstream.name, kind=reason)

@@ -1,4 +1,4 @@
-"""The upstream side: pooled client sessions, header hygiene and the chunk-by-chunk relay."""
+"""The upstream side: pooled clients, header hygiene and the chunk-by-chunk relay."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from compressors.view import Dialect
 from compressors.wire import sse_error_event
 from proxy.config import Settings
 from proxy.opt_out import OPT_OUT_HEADER
+from proxy.upstream_http import UpstreamClient, UpstreamError, UpstreamResponse
 from proxy.usage import UsageReader
 
 # RFC 9110 section 7.6.1, plus the headers the proxy sets itself.
@@ -74,52 +75,29 @@ def client_response_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 
 class UpstreamPool:
-    """One keep-alive ``ClientSession`` per upstream, created on start-up, closed on shutdown."""
-
-    # aiohttp adds these unless told not to; the client's own values are forwarded instead.
-    SKIP_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+    """One ``UpstreamClient`` (its keep-alive connections) per upstream, made on start-up,
+    closed on shutdown."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._clients: dict[str, UpstreamClient] = {}
 
     async def start(self) -> None:
-        # ``connect`` would also count the wait for a free pooled connection: left unbounded,
-        # so a full pool queues requests instead of failing them as upstream timeouts;
-        # ``sock_connect`` bounds opening the connection itself.
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=None,
-            sock_connect=self.settings.connect_timeout,
-            sock_read=self.settings.read_timeout,
-        )
         for upstream in self.settings.upstreams:
-            connector = aiohttp.TCPConnector(
-                limit=self.settings.upstream_pool_size,  # 0: no limit
-                limit_per_host=self.settings.upstream_pool_size,
-                keepalive_timeout=30,
-                enable_cleanup_closed=True,
-            )
-            self._sessions[upstream.name] = aiohttp.ClientSession(
-                connector=connector,
-                # No jar: a cookie the upstream sets goes to the client that asked, and never
-                # with another client's request.
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=timeout,
-                auto_decompress=False,
-                skip_auto_headers=self.SKIP_AUTO_HEADERS,
-                read_bufsize=2**18,
-                max_line_size=2**20,
-                max_field_size=2**20,
+            self._clients[upstream.name] = UpstreamClient(
+                URL(upstream.url),
+                pool_size=self.settings.upstream_pool_size,  # 0: no limit
+                connect_timeout=self.settings.connect_timeout,
+                read_timeout=self.settings.read_timeout,
             )
 
     async def close(self) -> None:
-        sessions, self._sessions = self._sessions, {}
-        for session in sessions.values():
-            await session.close()
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.close()
 
-    def session(self, name: str) -> aiohttp.ClientSession:
-        return self._sessions[name]
+    def client(self, name: str) -> UpstreamClient:
+        return self._clients[name]
 
 
 @dataclass(slots=True)
@@ -132,7 +110,7 @@ class RelayResult:
 
 async def relay_response(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     style: Dialect,
     extra_headers: CIMultiDict[str],
     on_prepared: Callable[[], None] | None = None,
@@ -150,7 +128,7 @@ async def relay_response(
         await response.prepare(request)
         if on_prepared is not None:
             on_prepared()
-        async for chunk in upstream.content.iter_any():
+        async for chunk in upstream.chunks():
             await response.write(chunk)
             result.bytes_sent += len(chunk)
             tail = (tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
@@ -165,7 +143,7 @@ async def relay_response(
         result.client_gone = True
         upstream.close()
         return response, result
-    except (TimeoutError, aiohttp.ClientError) as exc:
+    except UpstreamError as exc:
         result.interrupted = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         upstream.close()
     if result.interrupted is not None:

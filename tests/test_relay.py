@@ -575,8 +575,28 @@ async def test_more_streams_than_the_pool_all_succeed(start_proxy, upstream, cli
     assert proxy.state.metrics.counter_total("deepmem_upstream_errors_total") == 0
 
 
-async def test_default_pool_has_no_limit(proxy):
-    """A proxy must not serialise a user's streams: by default the pool is unbounded."""
-    connector = proxy.state.pool.session("default").connector
-    assert connector is not None
-    assert connector.limit == 0
+async def test_default_pool_has_no_limit(proxy, upstream, client):
+    """A proxy must not serialise a user's streams: by default the pool is unbounded. The
+    upstream answers none of 12 requests before all 12 have reached it."""
+    arrived = 0
+    everyone = asyncio.Event()
+
+    async def together(request: web.Request, body: bytes) -> web.StreamResponse:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 12:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), timeout=5)
+        return web.json_response({"ok": True})
+
+    upstream.handler = together
+
+    async def one(n: int) -> int:
+        async with client.post(
+            proxy.url + "/v1/chat/completions",
+            data=_body(DIALECT_CALLS[0][2], stream=False),
+            headers={"x-session-id": f"ses_open_{n}"},
+        ) as response:
+            return response.status
+
+    assert await asyncio.gather(*(one(n) for n in range(12))) == [200] * 12
