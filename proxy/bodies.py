@@ -45,7 +45,7 @@ import orjson
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
 from compressors.view import EditMemo, Walked
-from compressors.wire import WireFormat, without_cache_marks
+from compressors.wire import WireFormat, without_cache_mark_bytes
 
 MAX_SESSIONS = 64
 MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
@@ -269,7 +269,7 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
         kept.walked,
     )
     _locate(parsed, raw, after, reused)
-    parsed.alike = _alike(kept.messages, messages, reused)
+    parsed.alike = _alike(kept, raw, parsed) if parsed.start >= 0 else 0
     parsed.tail = members
     return parsed
 
@@ -306,15 +306,22 @@ def _tail(body: dict[str, Any], wire: WireFormat) -> dict[str, Any] | None:
     return {name: body[name] for name in members}
 
 
-def _alike(previous: list[Any], messages: list[Any], first: int) -> int:
-    """How many of ``messages`` from ``first`` on are ``previous``'s again, but for their cache
-    marks (``cache_control``, on the message or its content blocks)."""
+def _alike(kept: _Kept, raw: bytes, parsed: Parsed) -> int:
+    """How many of ``parsed``'s messages after those it repeats are ``kept``'s next ones again
+    but for their cache marks (``cache_control``, on the message or its content blocks),
+    compared by their bytes: both bodies' messages are written as orjson writes them."""
     alike = 0
-    for old, new in zip(previous[first:], messages[first:], strict=False):
-        if without_cache_marks(old) != without_cache_marks(new):
+    for index in range(parsed.reused, min(len(kept.ends), len(parsed.ends))):
+        old = _message_bytes(kept.raw, kept.start, kept.ends, index)
+        new = _message_bytes(raw, parsed.start, parsed.ends, index)
+        if old != new and without_cache_mark_bytes(old) != without_cache_mark_bytes(new):
             break
         alike += 1
     return alike
+
+
+def _message_bytes(raw: bytes, start: int, ends: list[int], index: int) -> bytes:
+    return raw[ends[index - 1] + 1 if index else start : ends[index]]
 
 
 def write(parsed: Parsed, wire: WireFormat) -> bytes | None:

@@ -11,7 +11,12 @@ from collections.abc import Mapping
 
 from compressors.view import Conversation, Dialect, UnrecognisedBody, Walked
 from compressors.wire import anthropic, openai_chat, openai_responses
-from compressors.wire.base import Usage, WireFormat, without_cache_marks
+from compressors.wire.base import (
+    Usage,
+    WireFormat,
+    without_cache_mark_bytes,
+    without_cache_marks,
+)
 
 __all__ = [
     "FORMATS",
@@ -24,6 +29,7 @@ __all__ = [
     "read_usage",
     "sse_error_event",
     "usage_markers",
+    "without_cache_mark_bytes",
     "without_cache_marks",
 ]
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from compressors.view import Dialect
 from compressors.wire import (
@@ -15,6 +17,7 @@ from compressors.wire import (
     chat_dialect,
     read_usage,
     usage_markers,
+    without_cache_mark_bytes,
     without_cache_marks,
 )
 from compressors.wire.base import WireFormat
@@ -107,3 +110,36 @@ def test_without_cache_marks_leaves_out_every_breakpoint_and_nothing_else() -> N
     }
     assert message["cache_control"] is mark  # the message itself is not changed
     assert without_cache_marks("text") == "text"
+
+
+_MARKS = st.fixed_dictionaries(
+    {"type": st.sampled_from(["ephemeral", 'e}ph{"', "x,y"])},
+    optional={"ttl": st.sampled_from(["5m", "1h"]), "n": st.integers(-5, 5) | st.none()},
+)
+_KEYS = st.sampled_from(["type", "text", "content", "x_cache_control", '"q'])
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(_KEYS, inner, max_size=4)
+        | st.tuples(st.dictionaries(_KEYS, inner, max_size=3), _MARKS, st.integers(0, 3)).map(
+            lambda t: {**dict(list(t[0].items())[: t[2]]), "cache_control": t[1], **t[0]}
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(_JSON)
+def test_without_cache_mark_bytes_is_without_cache_marks_on_compact_json(value: object) -> None:
+    """Marks anywhere, first, last or alone in their object, with values holding braces,
+    quotes and commas; a key that only ends in cache_control, or a string that spells one,
+    stays."""
+    assert without_cache_mark_bytes(orjson.dumps(value)) == orjson.dumps(without_cache_marks(value))
+
+
+def test_without_cache_mark_bytes_leaves_a_mark_of_another_shape_in() -> None:
+    data = orjson.dumps({"a": 1, "cache_control": {"nested": {"deep": 1}}})
+    assert without_cache_mark_bytes(data) == data
+    spelled = orjson.dumps({"text": '"cache_control":{"type":"ephemeral"}'})
+    assert without_cache_mark_bytes(spelled) == spelled
