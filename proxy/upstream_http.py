@@ -176,7 +176,9 @@ class _Connection(asyncio.Protocol):
                 self.drained = None
                 if timer is not None:
                     timer.cancel()
-        if self.closed is not None:
+        if self.closed is not None and not self.buffer:
+            # (An upstream may answer before it has read the whole body, a 413 say, and
+            # close: that answer is read, not lost.)
             raise UpstreamBrokeOff(f"the upstream closed the connection: {self.closed}")
 
     def close(self) -> None:

@@ -354,6 +354,27 @@ async def test_a_reset_ends_an_answer_without_a_length_as_an_error(serve) -> Non
     await client.close()
 
 
+async def test_an_answer_before_the_whole_body_was_read_is_relayed(serve) -> None:
+    """An upstream that refuses a large body from its head (413) and closes: its answer
+    reaches the caller, not a connection error."""
+
+    async def refuse(reader, writer, server: Server) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 413 Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!"
+        )
+        await writer.drain()
+        linger = struct.pack("ii", 1, 0)
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        writer.transport.abort()
+
+    server = await serve(refuse)
+    client = UpstreamClient(server.url(), read_timeout=5)
+    status, _, data = await fetch(client, body=b"x" * 8_000_000)
+    assert (status, data) == (413, b"too big!")
+    await client.close()
+
+
 async def test_a_full_pool_queues_the_next_request_until_a_connection_is_free(serve) -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     server = await serve(answering(*[answer] * 4))
