@@ -192,11 +192,18 @@ class Moved:
     numbers: list[int]
 
     def before(self, position: int) -> Moved:
-        """Those at walk positions before ``position``."""
+        """Those at walk positions before ``position`` (this very record when they all are:
+        its lists are never changed, and a long session's steps add to hundreds of them)."""
         cut = bisect.bisect_left(self.positions, position)
+        if cut == len(self.positions):
+            return self
         return Moved(self.positions[:cut], self.holders[:cut], self.numbers[:cut])
 
     def __add__(self, later: Moved) -> Moved:
+        if not later.positions:
+            return self
+        if not self.positions:
+            return later
         return Moved(
             self.positions + later.positions,
             self.holders + later.holders,
