@@ -45,6 +45,16 @@ def _body(payload: dict[str, object], stream: bool) -> bytes:
     return orjson.dumps({**payload, "stream": stream})
 
 
+async def _chat(client, proxy, session: str, stream: bool) -> tuple[int, bytes]:
+    """A chat request of its own session through the proxy: the status and the body read."""
+    async with client.post(
+        proxy.url + "/v1/chat/completions",
+        data=_body(DIALECT_CALLS[0][2], stream=stream),
+        headers={"x-session-id": session},
+    ) as response:
+        return response.status, await response.read()
+
+
 @pytest.mark.parametrize(("path", "frames", "payload"), DIALECT_CALLS)
 async def test_non_stream_relayed_unchanged(proxy, upstream, client, path, frames, payload):
     body = _body(payload, stream=False)
@@ -404,12 +414,7 @@ async def test_fifty_concurrent_streams_do_not_cross(proxy, upstream, client):
     upstream.chunk_delay = 0.005
 
     async def one(index: int) -> bytes:
-        async with client.post(
-            proxy.url + "/v1/chat/completions",
-            data=_body(DIALECT_CALLS[0][2], stream=True),
-            headers={"x-session-id": f"ses_{index:02d}"},
-        ) as response:
-            return await response.read()
+        return (await _chat(client, proxy, f"ses_{index:02d}", stream=True))[1]
 
     results = await asyncio.gather(*(one(i) for i in range(50)))
     for index, received in enumerate(results):
@@ -561,15 +566,9 @@ async def test_more_streams_than_the_pool_all_succeed(start_proxy, upstream, cli
         upstream=[f"{upstream.url}/v1"], upstream_pool_size="3", connect_timeout="0.2"
     )
 
-    async def one_stream(n: int) -> tuple[int, bytes]:
-        async with client.post(
-            proxy.url + "/v1/chat/completions",
-            data=_body(DIALECT_CALLS[0][2], stream=True),
-            headers={"x-session-id": f"ses_pool_{n}"},
-        ) as response:
-            return response.status, await response.read()
-
-    results = await asyncio.gather(*(one_stream(n) for n in range(5)))
+    results = await asyncio.gather(
+        *(_chat(client, proxy, f"ses_pool_{n}", stream=True) for n in range(5))
+    )
     assert [status for status, _ in results] == [200] * 5
     assert all(body == b"".join(frames) for _, body in results)
     assert proxy.state.metrics.counter_total("deepmem_upstream_errors_total") == 0
@@ -591,12 +590,7 @@ async def test_default_pool_has_no_limit(proxy, upstream, client):
 
     upstream.handler = together
 
-    async def one(n: int) -> int:
-        async with client.post(
-            proxy.url + "/v1/chat/completions",
-            data=_body(DIALECT_CALLS[0][2], stream=False),
-            headers={"x-session-id": f"ses_open_{n}"},
-        ) as response:
-            return response.status
-
-    assert await asyncio.gather(*(one(n) for n in range(12))) == [200] * 12
+    answers = await asyncio.gather(
+        *(_chat(client, proxy, f"ses_open_{n}", stream=False) for n in range(12))
+    )
+    assert [status for status, _ in answers] == [200] * 12
