@@ -114,8 +114,9 @@ SERVER_OPTIONS: tuple[Option, ...] = (
         "read_timeout",
         parse_positive_float,
         600.0,
-        "Seconds an upstream may stay silent (before its headers or between two chunks) "
-        "before the request fails with 504. Streams have no total time limit.",
+        "Seconds an upstream may stay silent (before its headers or between two chunks), or "
+        "leave the request's body unread, before the request fails with 504. Streams have no "
+        "total time limit.",
         "SECONDS",
     ),
     Option(

@@ -290,6 +290,18 @@ async def test_an_upstream_that_stays_silent_times_out(serve) -> None:
     await client.close()
 
 
+async def test_an_upstream_that_leaves_the_body_unread_times_out(serve) -> None:
+    async def deaf(reader, writer, server: Server) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(5)
+
+    server = await serve(deaf)
+    client = UpstreamClient(server.url(), read_timeout=0.3)
+    with pytest.raises(UpstreamTimeout, match="read nothing of the request"):
+        await fetch(client, body=b"x" * 64_000_000)
+    await client.close()
+
+
 async def test_an_upstream_that_cannot_be_reached_is_reported(unused_tcp_port: int) -> None:
     client = UpstreamClient(URL(f"http://127.0.0.1:{unused_tcp_port}"), connect_timeout=2)
     with pytest.raises(UpstreamUnreachable, match=f"127.0.0.1:{unused_tcp_port}"):
