@@ -192,6 +192,51 @@ def _light(parsed: Parsed, conversation: Conversation, kind: RequestKind) -> boo
     )
 
 
+def _read(
+    raw: bytes,
+    dialect: Dialect,
+    headers: Any,
+    addons: Sequence[Addon],
+    opt_out: OptOut | None,
+    bodies: BodyCache | None,
+    key: tuple[str, str] | None,
+) -> Rewrite | Read:
+    """``raw`` parsed, walked, its session named and its kind told, for the addons to go on
+    from; or the request's end when there is nothing for them to do (not JSON, not a body of
+    ``dialect``, opted out by the user, no addons)."""
+    session_id, kind = session_id_for(headers, None), RequestKind.OTHER
+    basis = bodies.basis(key) if bodies is not None and key is not None else None
+    try:
+        parsed = (
+            Parsed(*jsontext.loads(raw))
+            if bodies is None
+            else bodies.parse(key, FORMATS[dialect], raw)
+        )
+    except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
+        return Rewrite(raw, Outcome.NOT_JSON, session_id, kind, relay_reason=Outcome.NOT_JSON)
+    body = parsed.body
+    try:
+        # What the walk finds is kept only where the body is: the session's next body is
+        # walked from where it differs.
+        conversation = parse_conversation(dialect, body, parsed.walked, keep=key is not None)
+        parsed.walked = conversation.walked
+    except UnrecognisedBody as exc:  # the client's or provider's business, not a bug of ours
+        log.info("%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc)
+        return Rewrite(
+            raw, Outcome.NOT_CHAT, session_id, kind, error=str(exc), relay_reason=Outcome.NOT_CHAT
+        )
+    session_id = session_id_for(headers, conversation)
+    kind = classify(conversation)
+    reason = opt_out.reason(headers, body) if opt_out is not None else None
+    if reason is not None:
+        if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
+            bodies.remember(key, raw, parsed)  # untouched: the next is parsed after it
+        return Rewrite(raw, Outcome.OPTED_OUT, session_id, kind, conversation, relay_reason=reason)
+    if not addons:
+        return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+    return Read(parsed, conversation, session_id, kind, basis)
+
+
 def _rewrite(
     raw: bytes,
     dialect: Dialect,
@@ -211,53 +256,15 @@ def _rewrite(
     if read is not None and (bodies is None or key is None or bodies.basis(key) is not read.basis):
         read = None  # another request of the session was rewritten since: read it again
     try:
-        if read is not None:
-            parsed = read.parsed
-        else:
-            parsed = (
-                Parsed(*jsontext.loads(raw)) if bodies is None else bodies.parse(key, wire, raw)
-            )
-    except (ValueError, UnicodeDecodeError, RecursionError):  # JSONDecodeError is a ValueError
-        return Rewrite(raw, Outcome.NOT_JSON, session_id, kind, relay_reason=Outcome.NOT_JSON)
-    body = parsed.body
-    try:
-        if read is not None:
-            conversation, session_id, kind = read.conversation, read.session_id, read.kind
-        else:
-            try:
-                # What the walk finds is kept only where the body is: the session's next body
-                # is walked from where it differs.
-                conversation = parse_conversation(
-                    dialect, body, parsed.walked, keep=key is not None
-                )
-                parsed.walked = conversation.walked
-            except UnrecognisedBody as exc:  # the client's or provider's business, not ours
-                log.info(
-                    "%s body of a shape deepmem does not read, relayed unchanged: %s", dialect, exc
-                )
-                return Rewrite(
-                    raw,
-                    Outcome.NOT_CHAT,
-                    session_id,
-                    kind,
-                    error=str(exc),
-                    relay_reason=Outcome.NOT_CHAT,
-                )
-            session_id = session_id_for(headers, conversation)
-            kind = classify(conversation)
-            reason = opt_out.reason(headers, body) if opt_out is not None else None
-            if reason is not None:
-                if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
-                    bodies.remember(key, raw, parsed)  # untouched: the next is parsed after it
-                return Rewrite(
-                    raw, Outcome.OPTED_OUT, session_id, kind, conversation, relay_reason=reason
-                )
-            if not addons:
-                return Rewrite(raw, Outcome.FORWARDED, session_id, kind, conversation)
+        if read is None:
+            found = _read(raw, dialect, headers, addons, opt_out, bodies, key)
+            if isinstance(found, Rewrite):
+                return found
+            read = found
+        parsed, conversation = read.parsed, read.conversation
+        session_id, kind, body = read.session_id, read.kind, parsed.body
         if light_only and not (parsed.start >= 0 and _light(parsed, conversation, kind)):
-            if bodies is None or key is None:
-                return None
-            return Read(parsed, conversation, session_id, kind, bodies.basis(key))
+            return read if key is not None else None
         if key is not None and parsed.start >= 0:
             conversation.share_messages(parsed.edits)  # objects of the previous and next request
         idle = _idle_seconds(clock, session_id)
