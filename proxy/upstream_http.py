@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Protocol
 
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
@@ -37,6 +37,15 @@ MAX_IDLE = 64  # pooled idle connections kept per upstream
 _NO_BODY_STATUSES = frozenset({204, 304})
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _LINE_BREAKS = frozenset("\r\n\0")  # never in a header: they would end it, or the head
+
+
+class BodyStream(Protocol):
+    """A request body relayed as it arrives (aiohttp's ``StreamReader``)."""
+
+    def iter_any(self) -> AsyncIterator[bytes]: ...
+
+
+Body = bytes | BodyStream | None
 
 
 class UpstreamError(Exception):
@@ -392,7 +401,7 @@ class UpstreamClient:
         method: str,
         url: URL,
         headers: CIMultiDict[str],
-        body: bytes | Any | None,
+        body: Body,
     ) -> AsyncIterator[UpstreamResponse]:
         """Send the request (``body``: bytes, an aiohttp ``StreamReader`` relayed as it comes,
         or None) and yield the answer once its head is in; the connection goes back to the
@@ -410,10 +419,13 @@ class UpstreamClient:
                 self._slots.release()
 
     async def _send(
-        self, method: str, url: URL, headers: CIMultiDict[str], body: bytes | Any | None
+        self, method: str, url: URL, headers: CIMultiDict[str], body: Body
     ) -> UpstreamResponse:
-        head = self._head(method, url, headers, body)
-        replayable = body is None or isinstance(body, bytes | bytearray | memoryview)
+        streamed = body is not None and not isinstance(body, bytes)
+        # A stream goes with the length the client gave, or else in chunks.
+        chunked = streamed and "Content-Length" not in headers
+        head = self._head(method, url, headers, body, chunked)
+        replayable = not streamed
         connection = self._pooled()
         reused = connection is not None
         while True:
@@ -421,7 +433,7 @@ class UpstreamClient:
                 connection = await self._connect()
             connection.received = 0
             try:
-                await self._write(connection, head, body)
+                await self._write(connection, head, body, chunked)
                 return await self._answer(connection, method)
             except UpstreamBrokeOff:
                 self.drop(connection)
@@ -436,7 +448,7 @@ class UpstreamClient:
                 raise
 
     def _head(
-        self, method: str, url: URL, headers: CIMultiDict[str], body: bytes | Any | None
+        self, method: str, url: URL, headers: CIMultiDict[str], body: Body, chunked: bool
     ) -> bytes:
         target = url.raw_path_qs or "/"
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
@@ -446,17 +458,14 @@ class UpstreamClient:
         for name, value in headers.items():
             if not _LINE_BREAKS.isdisjoint(name) or not _LINE_BREAKS.isdisjoint(value):
                 raise UpstreamProtocolError(f"the header {name[:40]!r} holds a line break")
-            if name.lower() not in ("host", "content-length", "transfer-encoding"):
-                lines.append(f"{name}: {value}")
-            elif (
-                name.lower() == "content-length"
-                and body is not None
-                and not isinstance(body, bytes | bytearray | memoryview)
+            lowered = name.lower()
+            if lowered not in ("host", "content-length", "transfer-encoding") or (
+                lowered == "content-length" and body is not None and not isinstance(body, bytes)
             ):
-                lines.append(f"{name}: {value}")  # a relayed stream of a length the client gave
-        if isinstance(body, bytes | bytearray | memoryview):
+                lines.append(f"{name}: {value}")
+        if isinstance(body, bytes):
             lines.append(f"Content-Length: {len(body)}")
-        elif body is not None and "content-length" not in headers:
+        elif chunked:
             lines.append("Transfer-Encoding: chunked")
         elif body is None and method in ("POST", "PUT", "PATCH"):
             lines.append("Content-Length: 0")
@@ -464,20 +473,19 @@ class UpstreamClient:
             raise UpstreamProtocolError("the request target holds a line break")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
-    async def _write(self, connection: _Connection, head: bytes, body: bytes | Any | None) -> None:
+    async def _write(self, connection: _Connection, head: bytes, body: Body, chunked: bool) -> None:
         transport = connection.transport
         assert transport is not None
         if body is None:
             transport.write(head)
-        elif isinstance(body, bytes | bytearray | memoryview):
+        elif isinstance(body, bytes):
             if len(body) <= SMALL_BODY:
-                transport.write(head + bytes(body))
+                transport.write(head + body)
             else:
                 transport.write(head)
                 transport.write(body)
         else:
             transport.write(head)
-            chunked = b"Transfer-Encoding: chunked\r\n" in head
             async for data in body.iter_any():
                 transport.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
                 await connection.drain(self.read_timeout)
