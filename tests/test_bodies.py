@@ -943,3 +943,23 @@ def test_a_step_s_bytes_are_compared_with_the_previous_body_once(monkeypatch) ->
     third = chat(turn(4))
     assert bodies.parse(KEY, CHAT, third).reused == 7  # another previous body: compared anew
     assert calls == [len(second), len(third)]
+
+
+def test_an_unexpected_error_while_parsing_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rewrite_request`` never raises: a bug in the body cache's parse forwards the client's
+    bytes (it escaped the hook before the parse moved inside its guard)."""
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(BodyCache, "parse", broken)
+    raw = chat(turn(2))
+    rewrite = rewrite_request(
+        raw,
+        Dialect.OPENAI_CHAT,
+        {"x-session-id": "s"},
+        [Hook(lambda c, f: True)],
+        bodies=BodyCache(),
+    )
+    assert rewrite.outcome == "failed_open" and rewrite.body is raw
+    assert rewrite.error == "RuntimeError: a bug"
