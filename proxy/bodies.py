@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import compress, count
 from operator import is_not
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -50,6 +50,7 @@ from compressors.wire import WireFormat, without_cache_mark_bytes
 MAX_SESSIONS = 64
 MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
 _COMMA, _CLOSE = ord(","), ord("]")
+B = TypeVar("B", bytes, memoryview)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class Parsed:
     # How many after ``reused`` are the previous body's next ones again but for their cache
     # marks (Anthropic's move to the last messages at every step): nothing new to read in them.
     alike: int = 0
+    raw: bytes = b""  # the bytes parsed (where ``ends`` point), when keepable
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +164,7 @@ class BodyCache:
                     self.hits += 1
                 return parsed
         body, exact = jsontext.loads(raw)
-        parsed = Parsed(body, exact)
+        parsed = Parsed(body, exact, raw=raw)
         if key is not None and not exact and isinstance(body, dict):
             messages = body.get(wire.messages_key)
             if isinstance(messages, list) and messages:
@@ -267,6 +269,7 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
         kept.seen,
         kept.written,
         kept.walked,
+        raw=raw,
     )
     _locate(parsed, raw, after, reused)
     parsed.alike = _alike(kept, raw, parsed) if parsed.start >= 0 else 0
@@ -320,7 +323,7 @@ def _alike(kept: _Kept, raw: bytes, parsed: Parsed) -> int:
     return alike
 
 
-def _message_bytes(raw: bytes, start: int, ends: list[int], index: int) -> bytes:
+def _message_bytes(raw: B, start: int, ends: list[int], index: int) -> B:
     return raw[ends[index - 1] + 1 if index else start : ends[index]]
 
 
@@ -360,8 +363,15 @@ def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
             memoryview(last.data)[: ends[-1]] if last is not None and same else head
         ]
         position = ends[-1] if ends else len(head)
+        received = _received(parsed, same)
+        came = memoryview(parsed.raw)
         for message in messages[same:]:
-            text = orjson.dumps(message)
+            index = received.get(id(message))
+            text: bytes | memoryview = (
+                orjson.dumps(message)
+                if index is None
+                else _message_bytes(came, parsed.start, parsed.ends, index)
+            )
             if ends:
                 chunks.append(b",")
                 position += 1
@@ -375,6 +385,18 @@ def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
     data = b"".join(chunks)
     parsed.written = Written(head, list(messages), data, ends, after, len(closing))
     return data
+
+
+def _received(parsed: Parsed, same: int) -> dict[int, int]:
+    """The messages this body brought that ``write`` may find after the ``same`` it takes
+    from the last forwarded body, by id, with their index: nobody edits a parsed message in
+    place (the view copies what it changes), so one still in the body is the bytes it came
+    as, which ``_locate`` found to be what orjson writes of it."""
+    messages = parsed.messages
+    if not parsed.raw or len(parsed.ends) != len(messages):
+        return {}
+    first = min(parsed.reused, same)
+    return {id(message): index for index, message in enumerate(messages[first:], first)}
 
 
 def _closing(
