@@ -45,7 +45,7 @@ import orjson
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
 from compressors.view import EditMemo, Walked
-from compressors.wire import WireFormat, without_cache_mark_bytes
+from compressors.wire import WireFormat, without_cache_mark_bytes, without_cache_marks
 
 MAX_SESSIONS = 64
 MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
@@ -246,7 +246,8 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
     None when it repeats none of them (or its rest is not a body this cache can keep)."""
     if reused == 0:
         return None
-    end = kept.ends[reused - 1]
+    unmarked = _unmarked(kept, raw, reused)
+    end = unmarked[-1][1] if unmarked else kept.ends[reused - 1]
     after = end + 1 if raw[end] == _COMMA else end  # the next message, or the closing bracket
     try:
         body, exact, members = _parse_rest(kept, wire, raw, after)
@@ -255,7 +256,7 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
     tail = body.get(wire.messages_key) if isinstance(body, dict) else None
     if exact or not isinstance(tail, list):
         return None
-    messages = kept.messages[:reused] + tail
+    messages = kept.messages[:reused] + [message for message, _ in unmarked] + tail
     body[wire.messages_key] = list(messages)
     parsed = Parsed(
         body,
@@ -264,17 +265,42 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
         reused,
         len(kept.ends),
         kept.start,
-        kept.ends[:reused],
+        kept.ends[:reused] + [end for _, end in unmarked],
         kept.edits,
         kept.seen,
         kept.written,
         kept.walked,
         raw=raw,
     )
-    _locate(parsed, raw, after, reused)
-    parsed.alike = _alike(kept, raw, parsed) if parsed.start >= 0 else 0
+    _locate(parsed, raw, after, reused + len(unmarked))
+    alike = reused + len(unmarked)
+    parsed.alike = len(unmarked) + (_alike(kept, raw, parsed, alike) if parsed.start >= 0 else 0)
     parsed.tail = members
     return parsed
+
+
+def _unmarked(kept: _Kept, raw: bytes, reused: int) -> list[tuple[Any, int]]:
+    """The kept messages after the ``reused`` ones that ``raw`` sends next again with their
+    cache marks taken out (OpenCode moves Anthropic's marks to the last two messages at every
+    step), each as its kept object without them (``without_cache_marks``: the value parsing
+    those bytes gives, sharing the kept object's strings and unmarked parts) and where it ends
+    in ``raw``. They are found by their bytes, not parsed: the kept message's bytes without
+    their marks (``without_cache_mark_bytes``) are what orjson writes of that value."""
+    found: list[tuple[Any, int]] = []
+    end = kept.ends[reused - 1]
+    for index in range(reused, len(kept.ends)):
+        if raw[end] != _COMMA:
+            break
+        old = _message_bytes(kept.raw, kept.start, kept.ends, index)
+        new = without_cache_mark_bytes(old)
+        if len(new) == len(old):  # no mark in it: the same bytes would have been repeated
+            break
+        start = end + 1
+        end = start + len(new)
+        if not (len(raw) > end and raw[end] in (_COMMA, _CLOSE) and raw.startswith(new, start)):
+            break
+        found.append((without_cache_marks(kept.messages[index]), end))
+    return found
 
 
 def _parse_rest(
@@ -309,12 +335,12 @@ def _tail(body: dict[str, Any], wire: WireFormat) -> dict[str, Any] | None:
     return {name: body[name] for name in members}
 
 
-def _alike(kept: _Kept, raw: bytes, parsed: Parsed) -> int:
-    """How many of ``parsed``'s messages after those it repeats are ``kept``'s next ones again
-    but for their cache marks (``cache_control``, on the message or its content blocks),
-    compared by their bytes: both bodies' messages are written as orjson writes them."""
+def _alike(kept: _Kept, raw: bytes, parsed: Parsed, first: int) -> int:
+    """How many of ``parsed``'s messages from ``first`` on are ``kept``'s again but for their
+    cache marks (``cache_control``, on the message or its content blocks: moved, not only taken
+    out), compared by their bytes: both bodies' messages are written as orjson writes them."""
     alike = 0
-    for index in range(parsed.reused, min(len(kept.ends), len(parsed.ends))):
+    for index in range(first, min(len(kept.ends), len(parsed.ends))):
         old = _message_bytes(kept.raw, kept.start, kept.ends, index)
         new = _message_bytes(raw, parsed.start, parsed.ends, index)
         if old != new and without_cache_mark_bytes(old) != without_cache_mark_bytes(new):

@@ -64,7 +64,8 @@ def test_moved_cache_marks_and_a_rewritten_message_reuse_only_what_precedes_them
     messages = [{"role": "user", "content": [{"type": "text", "text": f"m{i}"}]} for i in range(6)]
     marked = [*messages[:4], *({**m, "cache_control": {"type": "ephemeral"}} for m in messages[4:])]
     first = orjson.dumps({"model": "m", "system": "s", "messages": marked})
-    bodies.remember(("s", "a"), first, bodies.parse(("s", "a"), ANTHROPIC, first))
+    kept = bodies.parse(("s", "a"), ANTHROPIC, first)
+    bodies.remember(("s", "a"), first, kept)
     longer = [*messages, *({**m, "cache_control": {"type": "ephemeral"}} for m in messages[4:])]
     second = orjson.dumps({"model": "m", "system": "s", "messages": longer})
     growth = bodies.growth(("s", "a"), second)
@@ -73,6 +74,12 @@ def test_moved_cache_marks_and_a_rewritten_message_reuse_only_what_precedes_them
     assert parsed.reused == 4 and parsed.body == orjson.loads(second)
     # The two it sends again lost their marks (the new last two have them): nothing new.
     assert parsed.alike == 2
+    # Not parsed again: the kept objects without their marks, sharing what the marks left.
+    for index in (4, 5):
+        again = parsed.body["messages"][index]
+        assert again is not kept.messages[index] and "cache_control" in kept.messages[index]
+        assert again["content"] is kept.messages[index]["content"]
+    assert write(parsed, ANTHROPIC) == second
     bodies.remember(("s", "a"), second, parsed)
     edited = [*longer[:2], {"role": "user", "content": "changed"}, *longer[3:]]
     third = orjson.dumps({"model": "m", "system": "s", "messages": edited})
@@ -81,6 +88,30 @@ def test_moved_cache_marks_and_a_rewritten_message_reuse_only_what_precedes_them
     assert parsed.alike == 0  # the message after the repeated ones is another text
     shorter = orjson.dumps({"model": "m", "system": "s", "messages": edited[:1]})
     assert bodies.parse(("s", "a"), ANTHROPIC, shorter).body == orjson.loads(shorter)
+
+
+def test_marks_taken_out_of_a_message_that_also_changed_are_parsed_as_it_is_now() -> None:
+    bodies, key = BodyCache(), ("s", "a")
+    mark = {"type": "ephemeral"}
+    question = {"role": "user", "content": "q"}
+
+    def body(*blocks: dict[str, Any]) -> bytes:
+        reply = {"role": "assistant", "content": list(blocks)}
+        return orjson.dumps({"model": "m", "messages": [question, reply, question]})
+
+    first = body(
+        {"type": "text", "text": "kept"}, {"type": "text", "text": "old", "cache_control": mark}
+    )
+    bodies.remember(key, first, bodies.parse(key, ANTHROPIC, first))
+    second = body({"type": "text", "text": "kept"}, {"type": "text", "text": "new"})
+    parsed = bodies.parse(key, ANTHROPIC, second)  # its mark out, and another text
+    assert parsed.reused == 1 and parsed.alike == 0 and parsed.body == orjson.loads(second)
+    third = body(
+        {"type": "text", "text": "kept", "cache_control": mark}, {"type": "text", "text": "old"}
+    )
+    parsed = bodies.parse(key, ANTHROPIC, third)  # its mark moved within it: alike, parsed anew
+    assert parsed.reused == 1 and parsed.alike == 2 and parsed.body == orjson.loads(third)
+    assert write(parsed, ANTHROPIC) == third
 
 
 @pytest.mark.parametrize(

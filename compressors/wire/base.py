@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from operator import is_not
 from typing import Any, Protocol
 
 from compressors.view import Conversation, Dialect, Item, Kind, Role, UnrecognisedBody, Walked
@@ -120,13 +121,30 @@ def text_parts(
 
 
 def without_cache_marks(value: Any) -> Any:
-    """``value`` with every ``cache_control`` key left out, at any depth: what a message says,
-    apart from the prompt-cache breakpoints a client moves from request to request."""
+    """``value`` with its cache marks left out, at any depth: what a message says, apart from
+    the prompt-cache breakpoints a client moves from request to request. A mark is a
+    ``cache_control`` member whose value is an object of strings, numbers and literals (as every
+    client sends them; ``cache_mark_spans`` finds the same ones in compact JSON). A container
+    with no mark inside is the very object given, not a copy; ``value`` is not changed."""
     if isinstance(value, dict):
-        return {k: without_cache_marks(v) for k, v in value.items() if k != "cache_control"}
+        kept: dict[str, Any] = {}
+        changed = False
+        for key, member in value.items():
+            if key == "cache_control" and _is_flat_object(member):
+                changed = True
+                continue
+            without = without_cache_marks(member)
+            changed = changed or without is not member
+            kept[key] = without
+        return kept if changed else value
     if isinstance(value, list):
-        return [without_cache_marks(v) for v in value]
+        items = [without_cache_marks(item) for item in value]
+        return items if any(map(is_not, items, value)) else value
     return value
+
+
+def _is_flat_object(value: Any) -> bool:
+    return isinstance(value, dict) and not any(isinstance(v, dict | list) for v in value.values())
 
 
 _MARK_KEY = b'"cache_control":'

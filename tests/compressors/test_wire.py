@@ -122,9 +122,9 @@ _JSON = st.recursive(
     lambda inner: (
         st.lists(inner, max_size=4)
         | st.dictionaries(_KEYS, inner, max_size=4)
-        | st.tuples(st.dictionaries(_KEYS, inner, max_size=3), _MARKS, st.integers(0, 3)).map(
-            lambda t: {**dict(list(t[0].items())[: t[2]]), "cache_control": t[1], **t[0]}
-        )
+        | st.tuples(
+            st.dictionaries(_KEYS, inner, max_size=3), _MARKS | inner, st.integers(0, 3)
+        ).map(lambda t: {**dict(list(t[0].items())[: t[2]]), "cache_control": t[1], **t[0]})
     ),
     max_leaves=20,
 )
@@ -133,13 +133,30 @@ _JSON = st.recursive(
 @given(_JSON)
 def test_without_cache_mark_bytes_is_without_cache_marks_on_compact_json(value: object) -> None:
     """Marks anywhere, first, last or alone in their object, with values holding braces,
-    quotes and commas; a key that only ends in cache_control, or a string that spells one,
-    stays."""
+    quotes and commas; a key that only ends in cache_control, a string that spells one, or a
+    cache_control member of another value (a list, an object holding one) stays."""
     assert without_cache_mark_bytes(orjson.dumps(value)) == orjson.dumps(without_cache_marks(value))
 
 
-def test_without_cache_mark_bytes_leaves_a_mark_of_another_shape_in() -> None:
-    data = orjson.dumps({"a": 1, "cache_control": {"nested": {"deep": 1}}})
+def test_a_mark_of_another_shape_is_left_in_by_both() -> None:
+    value = {"a": 1, "cache_control": {"nested": {"deep": 1}}}
+    data = orjson.dumps(value)
     assert without_cache_mark_bytes(data) == data
+    assert without_cache_marks(value) is value
+
+
+def test_without_cache_marks_copies_only_the_containers_that_hold_a_mark() -> None:
+    mark = {"type": "ephemeral"}
+    unmarked = {"type": "text", "text": "kept"}
+    marked = {"type": "tool_result", "content": "out", "cache_control": mark}
+    message = {"role": "user", "content": [unmarked, marked]}
+    without = without_cache_marks(message)
+    assert without == {
+        "role": "user",
+        "content": [unmarked, {"type": "tool_result", "content": "out"}],
+    }
+    assert without["content"][0] is unmarked  # no mark inside: the same object
+    assert without["content"][1]["content"] is marked["content"]
+    assert without_cache_marks(unmarked) is unmarked
     spelled = orjson.dumps({"text": '"cache_control":{"type":"ephemeral"}'})
     assert without_cache_mark_bytes(spelled) == spelled
