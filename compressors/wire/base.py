@@ -130,15 +130,19 @@ def without_cache_marks(value: Any) -> Any:
         kept: dict[str, Any] = {}
         changed = False
         for key, member in value.items():
-            if key == "cache_control" and _is_flat_object(member):
-                changed = True
-                continue
-            without = without_cache_marks(member)
-            changed = changed or without is not member
-            kept[key] = without
+            if isinstance(member, dict | list):  # a string or number has no mark inside
+                if key == "cache_control" and _is_flat_object(member):
+                    changed = True
+                    continue
+                without = without_cache_marks(member)
+                changed = changed or without is not member
+                member = without
+            kept[key] = member
         return kept if changed else value
     if isinstance(value, list):
-        items = [without_cache_marks(item) for item in value]
+        items = [
+            without_cache_marks(item) if isinstance(item, dict | list) else item for item in value
+        ]
         return items if any(map(is_not, items, value)) else value
     return value
 
