@@ -60,6 +60,11 @@ def defang(text: str) -> str:
     """Neutralise anything in ``text`` that could read as one of our delimiters."""
     if text.isascii():
         return _FORGEABLE.sub(DEFANGED_LT, text)
+    # A delimiter begins with "<", and no character normalises to one unless its compatibility
+    # decomposition holds one: most remembered lines (a dash, an arrow, Chinese) are let
+    # through without the character by character view.
+    if "<" not in unicodedata.normalize("NFKD", text):
+        return text
     view, origin = normalised_view(text)
     starts = {origin[match.start()] for match in _FORGEABLE.finditer(view)}
     if not starts:

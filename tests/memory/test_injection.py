@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 
 from memory.db import open_database
 from memory.injection import (
+    _FORGEABLE,
+    DEFANGED_LT,
     RECALL_INTRO,
     RECALL_KIND,
     TAG,
     Line,
     defang,
     listing,
+    normalised_view,
     stable_block,
     wrap,
 )
@@ -41,6 +44,28 @@ def test_defang_sees_through_invisible_and_compatibility_characters():
     ):
         assert real_delimiters(defang(forged)) == 0, forged
     assert defang("caf\u00e9 < cr\u00e8me </div>") == "caf\u00e9 < cr\u00e8me </div>"
+
+
+def _defanged_by_view(text: str) -> str:
+    """``defang`` as it reads every text that is not ASCII: through ``normalised_view``."""
+    view, origin = normalised_view(text)
+    starts = {origin[match.start()] for match in _FORGEABLE.finditer(view)}
+    return "".join(DEFANGED_LT if i in starts else char for i, char in enumerate(text))
+
+
+@given(
+    st.lists(
+        st.sampled_from(["<", "/", "deep", "-", "memory", " ", "\u00e9", "\u2014", "\u4e2d"])
+        | st.sampled_from(["\u226e", "\ufe64", "\uff1c", "\u00ad", "\u200b", "\uff0f"])
+        | st.characters(),
+        max_size=12,
+    ).map("".join)
+)
+def test_defang_lets_through_only_what_its_view_finds_nothing_in(text: str) -> None:
+    """Texts no character of which decomposes to a "<" skip the character by character view:
+    the view finds nothing to neutralise in them either."""
+    expected = _FORGEABLE.sub(DEFANGED_LT, text) if text.isascii() else _defanged_by_view(text)
+    assert defang(text) == expected
 
 
 # What a reader takes for one of our tags: an ASCII "<" (the defanged fullwidth one and its
