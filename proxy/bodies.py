@@ -272,9 +272,9 @@ def _parse_after(kept: _Kept, wire: WireFormat, raw: bytes, reused: int) -> Pars
         kept.walked,
         raw=raw,
     )
-    _locate(parsed, raw, after, reused + len(unmarked))
-    alike = reused + len(unmarked)
-    parsed.alike = len(unmarked) + (_alike(kept, raw, parsed, alike) if parsed.start >= 0 else 0)
+    first = reused + len(unmarked)  # the first message parsed
+    _locate(parsed, raw, after, first)
+    parsed.alike = len(unmarked) + (_alike(kept, raw, parsed, first) if parsed.start >= 0 else 0)
     parsed.tail = members
     return parsed
 
