@@ -236,14 +236,22 @@ def cpu_by_thread(pid: int) -> dict[int, tuple[str, float]] | None:
 
 
 @contextlib.contextmanager
-def processes(commands: Sequence[Sequence[str]]) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Each command as a child process, started in order, ended in reverse order on exit."""
+def processes(
+    commands: Sequence[Sequence[str]],
+    environments: Sequence[Mapping[str, str] | None] = (),
+    cwd: str | None = None,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Each command as a child process (with its environment, where ``environments`` gives
+    one), started in order, ended in reverse order on exit."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for command in commands:
+        for index, command in enumerate(commands):
+            env = environments[index] if index < len(environments) else None
             # A session of their own: Ctrl-C reaches only us, and we end them below.
             procs.append(
-                subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
+                subprocess.Popen(
+                    command, stdout=subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd
+                )
             )
         yield procs
     finally:
