@@ -44,7 +44,6 @@ import json
 import os
 import platform
 import random
-import re
 import signal
 import statistics
 import sys
@@ -409,10 +408,6 @@ def bucket_summary(samples: list[Sample], stream: bool) -> dict[str, Any]:
     return out
 
 
-_PROXY_TIME = re.compile(r"deepmem;dur=([0-9.]+)")
-_REWRITE_TIME = re.compile(r'rewrite;dur=([0-9.]+);desc="(\w+)"')
-
-
 SPLIT_FIGURES = ("overhead", "before_forwarding", "rewrite", "waited")
 
 
@@ -424,13 +419,12 @@ def rewrite_split(samples: list[Sample]) -> dict[str, Any]:
     found: dict[str, dict[str, list[float]]] = {}
     for sample in samples:
         timing = sample.timings["deepmem"]
-        proxy = _PROXY_TIME.search(timing.server_timing)
-        rewrite = _REWRITE_TIME.search(timing.server_timing)
-        if sample.index == 0 or proxy is None or rewrite is None:
+        read = timing.rewrite()
+        if sample.index == 0 or read is None:
             continue
-        before, own = float(proxy[1]), float(rewrite[1])
+        before, own, where = read
         overhead = to_ms(timing.total_ns - sample.timings["direct"].total_ns)
-        figures = found.setdefault(rewrite[2], {name: [] for name in SPLIT_FIGURES})
+        figures = found.setdefault(where, {name: [] for name in SPLIT_FIGURES})
         for name, value in zip(SPLIT_FIGURES, (overhead, before, own, before - own), strict=True):
             figures[name].append(value)
     return {

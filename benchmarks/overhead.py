@@ -287,12 +287,25 @@ async def wait_ready(
 # ---------------------------------------------------------------- measurement
 
 
+_PROXY_TIME = re.compile(r"deepmem;dur=([0-9.]+)")
+_REWRITE_TIME = re.compile(r'rewrite;dur=([0-9.]+);desc="(\w+)"')
+
+
 @dataclass(frozen=True)
 class Timing:
     status: int
     first_byte_ns: int  # to the first bytes of the body (of a stream: its first event)
     total_ns: int  # to the end of the body
     server_timing: str = ""  # the answer's Server-Timing header (deepmem's own figures)
+
+    def rewrite(self) -> tuple[float, float, str] | None:
+        """deepmem's time before forwarding and its rewrite's, in ms, and where the rewrite
+        ran (``loop`` or ``worker``), from its Server-Timing; None when it gave none."""
+        proxy = _PROXY_TIME.search(self.server_timing)
+        rewrite = _REWRITE_TIME.search(self.server_timing)
+        if proxy is None or rewrite is None:
+            return None
+        return float(proxy[1]), float(rewrite[1]), rewrite[2]
 
 
 async def fetch(
