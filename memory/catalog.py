@@ -8,6 +8,7 @@ project directory may be used at all is decided before, by ``memory.project``.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from dataclasses import dataclass
@@ -24,7 +25,10 @@ from memory.search import Hit, MemoryIndex
 from memory.semantic import CACHE_FILE as EMBEDDINGS_FILE
 from memory.semantic import Embeddings
 from memory.store import DEFAULT_SIMILARITY, MEMORY_FILE, NOTES_FILE, MemoryStore, normalize
+from memory.threads import Background
 from memory.tokenize import TokenizerMode
+
+log = logging.getLogger("deepmem.memory")
 
 CHECKPOINT_FILE = "checkpoint.md"
 # Archived sessions searched: the newest checkpoint of each of the most recently compacted.
@@ -46,6 +50,8 @@ _STOPWORDS = re.compile(
 # something else, or one word of a longer message, recalls nothing. Set on the tuning half of
 # fixtures/retrieval (benchmarks/retrieval.py).
 RECALL_FLOOR = 0.2
+# How long stopping waits for the checkpoints still being written (``MemoryCatalog.writes``).
+CLOSE_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +211,9 @@ def _mtime(path: Path) -> int | None:
 class MemoryCatalog:
     """``ProjectMemory`` per project directory, the least recently used dropped first.
 
-    Lock files go to ``<data_dir>/locks/``: every process sharing the data dir shares them."""
+    Lock files go to ``<data_dir>/locks/``: every process sharing the data dir shares them.
+    ``writes`` writes what no request waits for (compaction checkpoints), one at a time, off
+    the request path; ``close`` waits for it."""
 
     def __init__(
         self, data_dir: Path, settings: MemorySettings | None = None, max_projects: int = 64
@@ -218,6 +226,7 @@ class MemoryCatalog:
         )
         self._projects: LRUCache[Path | None, ProjectMemory] = LRUCache(maxsize=max_projects)
         self._lock = threading.Lock()
+        self.writes = Background("deepmem-archive")
 
     def get(self, project_dir: Path | None) -> ProjectMemory:
         with self._lock:
@@ -245,5 +254,9 @@ class MemoryCatalog:
             self.embeddings.warm()
 
     def close(self) -> None:
+        if not self.writes.close(CLOSE_WAIT_SECONDS):
+            log.warning(
+                "stopped before every checkpoint was written (waited %gs)", CLOSE_WAIT_SECONDS
+            )
         if self.embeddings is not None:
             self.embeddings.close()

@@ -324,6 +324,8 @@ class _RewriteBook:
     kept: RewriteRecord | None = None
 
     def prepare(self, book: Book) -> None:
+        if self.result.flow is not None:
+            self.result.flow.finish_begun()  # what the reports count (a checkpoint) is done
         chat = book.chat
         if chat is None:
             return
@@ -505,9 +507,12 @@ async def _rewritten(
     # The key its session's turn, deferred work and kept body are found under, as the rewrite
     # names the session (``session_id_for``), so the answer's deferred work is filed alike.
     session_key = given_session_id(request.headers)
-    started = state.rewrites.finish_started(session_key)
-    if started is not None:
-        await started
+    for started in (
+        state.rewrites.finish_begun(session_key),
+        state.rewrites.finish_started(session_key),
+    ):
+        if started is not None:
+            await started
     found: Rewrite | Read | None = None
     rewrite_s, rewritten_on = 0.0, "loop"
     if _may_be_light(state, session_key, dialect, raw):
@@ -522,6 +527,8 @@ async def _rewritten(
         rewritten_on = "worker"
     result = found
     assert isinstance(result, Rewrite)
+    if result.flow is not None:
+        state.rewrites.began(session_key, result.flow.begun)
     forwarded = result.body if result.changed else wire  # unchanged: exactly as received
     headers = upstream_request_headers(request.headers, keep_content_length=False)
     if result.changed and coding:

@@ -5,9 +5,11 @@ For agent requests it only remembers the body the session last sent (the origina
 nothing is parsed or copied). For a compaction request (``proxy.sessions.classify``: no tools,
 a ``<conversation>`` transcript) it, in order:
 
-1. writes the checkpoint (``memory.archive``): the raw history as last seen, the extraction
-   (``memory.checkpoint``), the per-session archive and the compaction log. A failure to write
-   is reported in ``/health`` and the log, and the request still goes on;
+1. begins the checkpoint (``memory.archive``): the raw history as last seen, the extraction
+   (``memory.checkpoint``), the per-session archive and the compaction log, written by the
+   memory's background thread (``MemoryCatalog.writes``) while the request goes upstream; the
+   session's next request waits for it (``Flow.begin``). A failure to write is reported in
+   ``/health`` and the log, and the request still goes on;
 2. compresses the large tool results inside the transcript (``compaction_compress``), keeping
    their originals in CCR so a marker the summary carries forward can still be expanded;
 3. improves the summarizer's instructions (``compaction_prompt``): ``augment`` adds a handoff
@@ -17,6 +19,7 @@ a ``<conversation>`` transcript) it, in order:
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,12 +32,12 @@ from compressors.changes import SYSTEM_PROMPT, Change, ChangeKind
 from compressors.pipeline import CompressionSettings
 from compressors.transcript import compress_transcript
 from compressors.transcript_grammar import CLOSE
-from compressors.view import Conversation, Kind, Role
-from compressors.wire import parse_conversation
-from memory.archive import archive_paths, write_checkpoint
-from memory.catalog import MemoryCatalog
+from compressors.view import Conversation, Dialect, Kind, Role
+from compressors.wire import FORMATS, parse_conversation
+from memory.archive import SESSIONS_DIR, archive_paths, session_dirname, write_checkpoint
+from memory.catalog import MemoryCatalog, ProjectMemory
 from memory.checkpoint import Checkpoint, extract, extract_transcript
-from memory.files import LockTimeout
+from memory.files import LockTimeout, make_memory_dirs
 from memory.in_process import LocalHistories
 from memory.injection import block_kinds, wrap
 from memory.interfaces import Histories, Originals
@@ -122,8 +125,22 @@ def handoff_note(archive: Path | None, messages: int) -> str:
         MARKER_NOTE,
     ]
     if archive is not None:
-        lines.append(f"deepmem archived the full history ({messages} messages) at {archive}.")
+        lines.append(f"deepmem keeps the full history ({messages} messages) at {archive}.")
     return wrap("handoff", "\n".join(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What a compaction's checkpoint keeps: a request body as it was received."""
+
+    dialect: Dialect
+    raw: bytes
+    body: Any | None  # ``raw`` parsed, when it was already
+    messages: int  # its wire messages (``WireFormat.history_messages``)
+    source: str  # "proxy": the session's last request this proxy saw; "transcript": its own
+
+    def parsed(self) -> Any:
+        return orjson.loads(self.raw) if self.body is None else self.body
 
 
 @dataclass(slots=True)
@@ -132,7 +149,8 @@ class CompactionReport:
     memory_dir: Path
     messages: int
     source: str  # "proxy": the history this proxy saw; "transcript": the request's own text
-    checkpoint: Path | None = None
+    archive: Path | None = None  # where the history is being written, as the summarizer is told
+    checkpoint: Path | None = None  # where it was written, once it has been
     write_error: str | None = None
     outputs_compressed: int = 0
     prompt: str = "off"
@@ -170,25 +188,22 @@ class CompactionStage:
         memory = self.catalog.get(project)
         memory_dir = memory.memory_dir or memory.global_dir
         now = datetime.now(UTC)
-        history, source, checkpoint = self._history(conversation, flow.session_id, now)
-        report = CompactionReport(project, memory_dir, len(history), source)
+        history = self._history(conversation, flow)
+        report = CompactionReport(project, memory_dir, history.messages, history.source)
         flow.reports.append(report)
         if resolution.refused:
             # A project outside the allowed roots: its history is not kept, not even globally.
             report.write_error = resolution.reason
+            self._log(flow.session_id, report)
         elif self.settings.checkpoints:
-            self._write(memory_dir, flow.session_id, now, history, checkpoint, report)
-            if report.checkpoint is not None:
-                # The project's index takes the new checkpoint in once the answer is out, so
-                # the session's next user message does not wait for it in its search.
-                flow.defer(memory.refresh_index)
+            self._begin_checkpoint(memory, memory_dir, flow, now, history, report)
         changed = False
         if self.settings.compaction_compress:
             changed = self._compress(conversation, report)
         mode = self.settings.compaction_prompt
-        archive = report.checkpoint
+        archive = report.archive
         if mode == "augment":
-            note = handoff_note(archive, len(history))
+            note = handoff_note(archive, history.messages)
             if conversation.append_to_system(note):
                 changed = True
                 report.changed.append(
@@ -203,74 +218,129 @@ class CompactionStage:
                 )
             report.prompt = mode
         elif mode == "replace":
-            changed = self._replace_template(conversation, archive, len(history), report) or changed
+            changed = (
+                self._replace_template(conversation, archive, history.messages, report) or changed
+            )
             report.prompt = mode
-        log.info(
-            "compaction of session %s: %s",
-            flow.session_id,
-            f"checkpoint {report.checkpoint}" if report.checkpoint else "no checkpoint written",
-            extra={
-                "fields": {
-                    "messages": report.messages,
-                    "history": report.source,
-                    "outputs_compressed": report.outputs_compressed,
-                    "prompt": report.prompt,
-                    "write_error": report.write_error,
-                }
-            },
-        )
         return changed
 
-    def _history(
-        self, conversation: Conversation, session_id: str, now: datetime
-    ) -> tuple[list[Any], str, Checkpoint]:
+    def _history(self, conversation: Conversation, flow: Flow) -> History:
+        """The history the checkpoint keeps: the session's last agent request as this proxy
+        saw it, else the compaction's own transcript. Parsed, not yet read: the checkpoint's
+        extraction is the background's work."""
         try:
-            cached = self.histories.get(session_id)
+            cached = self.histories.get(flow.session_id)
         except StateUnavailable as exc:  # a shared backend away: the transcript still serves
-            log.warning("session %s: %s; the checkpoint comes from the transcript", session_id, exc)
+            log.warning(
+                "session %s: %s; the checkpoint comes from the transcript", flow.session_id, exc
+            )
             cached = None
         if cached is not None:
             dialect, raw = cached
-            seen = parse_conversation(dialect, orjson.loads(raw))
-            return history_messages(seen), "proxy", extract(seen, session_id, now)
-        transcript = "\n".join(
-            item.text
-            for item in conversation.items
-            if item.role is Role.USER and item.kind is Kind.TEXT
-        )
-        checkpoint = extract_transcript(transcript, session_id, now)
-        return history_messages(conversation), "transcript", checkpoint
+            body = orjson.loads(raw)
+            count = len(FORMATS[dialect].history_messages(body))
+            return History(dialect, raw, body, count, "proxy")
+        # The addons after this one edit the conversation in place: the checkpoint reads
+        # the request's own bytes.
+        count = len(history_messages(conversation))
+        return History(flow.dialect, flow.raw, None, count, "transcript")
 
-    def _write(
+    def _begin_checkpoint(
         self,
+        memory: ProjectMemory,
         memory_dir: Path,
-        session_id: str,
+        flow: Flow,
         now: datetime,
-        history: list[Any],
-        checkpoint: Checkpoint,
+        history: History,
         report: CompactionReport,
     ) -> None:
+        """Make the session's archive directory (so a memory dir that cannot take it is
+        known before the summarizer is told of the archive), then write the checkpoint in the
+        background: the compaction goes upstream meanwhile, and its answer's bookkeeping waits
+        for the write (``Flow.begin``)."""
         try:
+            make_memory_dirs(memory_dir, SESSIONS_DIR, session_dirname(flow.session_id))
+        except OSError as exc:
+            self._write_failed(memory_dir, report, exc)
+            self._log(flow.session_id, report)
+            return
+        report.archive = archive_paths(memory_dir, flow.session_id, now)[1]
+        job = functools.partial(self._checkpoint, memory, memory_dir, flow, now, history, report)
+        flow.begin(self.catalog.writes, job)
+
+    def _checkpoint(
+        self,
+        memory: ProjectMemory,
+        memory_dir: Path,
+        flow: Flow,
+        now: datetime,
+        history: History,
+        report: CompactionReport,
+    ) -> None:
+        """Extract and write the checkpoint, then let the project's index take it in (so the
+        session's next user message does not wait for that in its search)."""
+        session_id = flow.session_id
+        try:
+            body = history.parsed()
+            seen = parse_conversation(history.dialect, body)
+            if history.source == "proxy":
+                checkpoint = extract(seen, session_id, now)
+            else:
+                transcript = "\n".join(
+                    item.text
+                    for item in seen.items
+                    if item.role is Role.USER and item.kind is Kind.TEXT
+                )
+                checkpoint = extract_transcript(transcript, session_id, now)
             written = write_checkpoint(
                 memory_dir,
                 session_id,
                 now,
-                history,
+                FORMATS[history.dialect].history_messages(body),
                 _rendered(checkpoint, memory_dir, session_id, now),
                 keep=self.settings.checkpoint_keep,
                 log_fields={"source": report.source, "project": str(report.project or "")},
                 lock_dir=self.catalog.lock_dir,
             )
         except (OSError, LockTimeout) as exc:
-            # The compaction itself must go on: OpenCode is out of context and waiting.
-            report.write_error = str(exc)
-            log.warning("cannot write the checkpoint in %s: %s", memory_dir, exc)
+            self._write_failed(memory_dir, report, exc)
+        except Exception as exc:  # nobody waits for this thread to report it
+            log.exception("checkpoint of session %s not written", session_id)
+            self._write_failed(memory_dir, report, exc)
+        else:
+            report.checkpoint = written.archived_raw
             if self.health is not None:
-                self.health.report("checkpoint_writes", f"cannot write in {memory_dir}: {exc}")
-            return
-        report.checkpoint = written.archived_raw
+                self.health.clear("checkpoint_writes")
+        self._log(session_id, report)
+        if report.checkpoint is not None:
+            try:
+                memory.refresh_index()
+            except Exception:  # the next search catches the index up
+                log.exception("memory index of %s not refreshed", report.project)
+
+    def _write_failed(self, memory_dir: Path, report: CompactionReport, exc: Exception) -> None:
+        # The compaction itself goes on: OpenCode is out of context and waiting.
+        report.write_error = str(exc)
+        log.warning("cannot write the checkpoint in %s: %s", memory_dir, exc)
         if self.health is not None:
-            self.health.clear("checkpoint_writes")
+            self.health.report("checkpoint_writes", f"cannot write in {memory_dir}: {exc}")
+
+    @staticmethod
+    def _log(session_id: str, report: CompactionReport) -> None:
+        """What became of a compaction's history (the rest of what the stage did is in the
+        request's rewrite record)."""
+        log.info(
+            "compaction of session %s: %s",
+            session_id,
+            f"checkpoint {report.checkpoint}" if report.checkpoint else "no checkpoint written",
+            extra={
+                "fields": {
+                    "messages": report.messages,
+                    "history": report.source,
+                    "write_error": report.write_error,
+                }
+            },
+        )
 
     def _compress(self, conversation: Conversation, report: CompactionReport) -> bool:
         changed = False

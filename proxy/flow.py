@@ -11,7 +11,9 @@ tally, its ``changes`` says what it changed, item by item (the dashboard's reque
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -19,9 +21,12 @@ from compressors.changes import Change
 from compressors.pipeline import SeenTexts
 from compressors.view import Conversation, Dialect
 from memory.project import Resolution
+from memory.threads import Background
 from proxy.sessions import RequestKind, Tally
 
 R = TypeVar("R")
+# How long a request's bookkeeping waits for the work it began in the background (``begin``).
+BEGUN_WAIT_SECONDS = 10.0
 
 
 class Report(Protocol):
@@ -46,6 +51,8 @@ class Flow:
     project: Resolution | None = None  # None: nobody identified one (no memory is served)
     reports: list[Report] = field(default_factory=list)  # what the addons did, in order
     after: list[Callable[[], None]] = field(default_factory=list)  # see ``defer``
+    starts: list[tuple[Background, Callable[[], None]]] = field(default_factory=list)  # ``begin``
+    begun: list[Future[Any]] = field(default_factory=list)  # what ``start_begun`` started
     # What the session's earlier requests derived from the texts this one repeats (kept with
     # its parsed body, ``proxy.bodies``); a fresh one when there is none.
     seen: SeenTexts = field(default_factory=SeenTexts)
@@ -65,6 +72,28 @@ class Flow:
         caches); if that request comes before it has started, it never runs. A failure is
         logged and forgotten (``proxy.pipeline.RewriteRunner.run_after``)."""
         self.after.append(work)
+
+    def begin(self, background: Background, work: Callable[[], None]) -> None:
+        """Run ``work`` on ``background`` as soon as the addons are done and the body is
+        written (``start_begun``), while the request goes upstream. Unlike deferred work it
+        must finish and is never cancelled: the session's next request waits for it, and so
+        does the bookkeeping of what this request's reports count (``finish_begun``)."""
+        self.starts.append((background, work))
+
+    def start_begun(self) -> None:
+        """Start what the addons began (``begin``)."""
+        for background, work in self.starts:
+            try:
+                self.begun.append(background.submit(work))
+            except RuntimeError:  # the proxy is stopping: no background any more
+                work()
+        self.starts.clear()
+
+    def finish_begun(self, timeout: float = BEGUN_WAIT_SECONDS) -> None:
+        """Wait, at most ``timeout`` seconds, for the work begun for this request; on the
+        bookkeeping's thread, never on the event loop."""
+        if self.begun:
+            concurrent.futures.wait(self.begun, timeout)
 
     def changes(self) -> list[Change]:
         """Every addon's changes, in the order the addons ran."""

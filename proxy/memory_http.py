@@ -38,6 +38,9 @@ from proxy.memory_api import MemoryCallError, MemoryService
 from proxy.projects import AmbiguousProject, ProjectChoice
 from proxy.request_body import UnreadableBody, read_body
 
+# How long a read of a session's archive waits for the checkpoints still being written.
+ARCHIVE_READ_WAIT_SECONDS = 10.0
+
 Operation = Callable[[web.Request, ProjectMemory, ProjectChoice, dict[str, Any]], Any]
 
 
@@ -193,7 +196,9 @@ def session_handler(
 def _session_answer(
     request: web.Request, service: MemoryService, settings: Settings
 ) -> web.StreamResponse:
-    """The archive read behind ``session_handler``, on a worker thread."""
+    """The archive read behind ``session_handler``, on a worker thread, once the checkpoints
+    being written (a compaction just answered: ``MemoryCatalog.writes``) are on disk."""
+    service.catalog.writes.drain(ARCHIVE_READ_WAIT_SECONDS)
     session_id = request.match_info["sid"]
     named = request.query.get("project") or _endpoint(request)
     try:

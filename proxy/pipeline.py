@@ -26,7 +26,7 @@ from compressors.wire import FORMATS, WireFormat, parse_conversation
 from memory.interfaces import RequestClock
 from memory.state import StateConflict, StateUnavailable
 from proxy.bodies import BodyCache, Parsed, write
-from proxy.flow import Addon, Flow
+from proxy.flow import BEGUN_WAIT_SECONDS, Addon, Flow
 from proxy.opt_out import OptOut
 from proxy.sessions import RequestKind, classify, given_session_id, session_id_for
 from proxy.workers import Priority, Workers
@@ -255,6 +255,7 @@ def _rewrite(
     wire = FORMATS[dialect]
     if read is not None and (bodies is None or key is None or bodies.basis(key) is not read.basis):
         read = None  # another request of the session was rewritten since: read it again
+    flow: Flow | None = None
     try:
         if read is None:
             found = _read(raw, dialect, headers, addons, opt_out, bodies, key)
@@ -290,17 +291,27 @@ def _rewrite(
             if parsed.start >= 0 and parsed.walked is not None:
                 # First of the deferred work: the next request's walk may come soon after.
                 flow.after.insert(0, parsed.walked.make_items)
+        flow.start_begun()
         return Rewrite(out, outcome, session_id, kind, conversation, flow=flow)
     except StateUnavailable as exc:  # the addon reported it in /health; no traceback needed
         log.warning("%s; forwarding the original request (session %s)", exc, session_id)
         _forget(bodies, key)
+        _start_begun(flow)
         return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc))
     except Exception as exc:
         log.exception("rewrite failed; forwarding the original request (session %s)", session_id)
         _forget(bodies, key)
+        _start_begun(flow)
         return Rewrite(
             raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
         )
+
+
+def _start_begun(flow: Flow | None) -> None:
+    """What the addons began before one of them failed (a compaction's checkpoint) is done
+    all the same; the original bytes go upstream."""
+    if flow is not None:
+        flow.start_begun()
 
 
 def _forget(bodies: BodyCache | None, key: tuple[str, str] | None) -> None:
@@ -344,6 +355,9 @@ class RewriteRunner:
         # has finished meanwhile stays until then, or until ``_prune``.
         self._deferred: dict[str, set[Future[None]]] = {}
         self._prune_at = DEFERRED_PRUNE_SESSIONS
+        # Per session, the work its requests began in the background (``Flow.begin``), which
+        # its next request waits for: never cancelled, and forgotten once done.
+        self._begun: dict[str, list[Future[Any]]] = {}
 
     async def run(self, session_key: str | None, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, after the session's earlier requests.
@@ -470,6 +484,32 @@ class RewriteRunner:
             if future.running() or (not future.done() and workers.starts_soon(future))
         ]
         return asyncio.wait(started, timeout=DEFERRED_WAIT_SECONDS) if started else None
+
+    def began(self, session_key: str | None, work: Sequence[Future[Any]]) -> None:
+        """The session's request began ``work`` in the background (``Flow.begin``): the
+        session's next request waits for it (``finish_begun``)."""
+        if session_key is None or not work:
+            return
+        pending = [future for future in self._begun.get(session_key, ()) if not future.done()]
+        self._begun[session_key] = pending + list(work)
+        if len(self._begun) > DEFERRED_PRUNE_SESSIONS:
+            self._begun = {
+                key: futures
+                for key, futures in self._begun.items()
+                if not all(future.done() for future in futures)
+            }
+
+    def finish_begun(self, session_key: str | None) -> Awaitable[object] | None:
+        """What to await (the event loop free meanwhile) for the work the session's earlier
+        requests began in the background and that is not done, or None: at most
+        ``BEGUN_WAIT_SECONDS`` (a checkpoint the session's next request may read)."""
+        if session_key is None or session_key not in self._begun:
+            return None
+        pending = [future for future in self._begun.pop(session_key) if not future.done()]
+        if not pending:
+            return None
+        waited = [asyncio.wrap_future(future) for future in pending]
+        return asyncio.wait(waited, timeout=BEGUN_WAIT_SECONDS)
 
     def deferring(self, session_key: str | None) -> bool:
         """Whether work the session's last request deferred (``run_after``) has not all

@@ -18,6 +18,7 @@ from memory.ccr import OriginalStore
 from memory.checkpoint import Checkpoint
 from memory.db import DB_NAME, open_database
 from memory.injection import TAG
+from proxy import compaction as compaction_module
 from tests.conftest import CAPTURES, CORPUS
 from tests.test_memory_injection import make_project, system_prompt
 from tests.test_proxy_compression import session_messages
@@ -39,6 +40,12 @@ async def send(
     async with client.post(proxy.url + path, data=orjson.dumps(body), headers=headers) as response:
         assert response.status == 200, await response.text()
         await response.read()
+
+
+async def written(proxy) -> None:
+    """Wait for the checkpoints the proxy writes in the background (``MemoryCatalog.writes``):
+    a compaction's answer does not wait for them."""
+    assert await asyncio.to_thread(proxy.state.memory.catalog.writes.drain, 10.0)
 
 
 def transcript_of(messages: list[dict[str, Any]]) -> str:
@@ -92,6 +99,7 @@ async def test_the_opencode_compaction_writes_the_checkpoint(
     agent = agent_body(project)
     await send(client, proxy, "/v1/chat/completions", agent, "ses_c")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_c")
+    await written(proxy)
 
     memory_dir = project / ".deep-memory"
     raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
@@ -133,6 +141,7 @@ async def test_prompt_modes(start_proxy, upstream, client, tmp_path, mode):
     ) as response:
         await response.read()
     sent = upstream.requests[-1].body
+    await written(proxy)
     assert (project / ".deep-memory" / CHECKPOINT_FILE).exists()
     if mode == "off":
         assert sent == body
@@ -202,6 +211,7 @@ async def test_chinese_session_in_the_anthropic_format(start_proxy, upstream, cl
         ],
     }
     await send(client, proxy, "/v1/messages", anthropic, "ses_zh")
+    await written(proxy)
     checkpoint = Checkpoint.parse((project / ".deep-memory" / CHECKPOINT_FILE).read_text())
     assert checkpoint.intents[0].startswith("修复登录接口的时区问题")
     assert any("UTC" in decision for decision in checkpoint.decisions)
@@ -238,6 +248,7 @@ async def test_a_compaction_the_proxy_did_not_see_coming_uses_the_transcript(
         ],
     }
     await send(client, proxy, "/v1/responses", responses, "ses_new")
+    await written(proxy)
     memory_dir = project / ".deep-memory"
     assert (
         orjson.loads((memory_dir / LOG_FILE).read_text().splitlines()[0])["source"] == "transcript"
@@ -245,6 +256,9 @@ async def test_a_compaction_the_proxy_did_not_see_coming_uses_the_transcript(
     checkpoint = Checkpoint.parse((memory_dir / CHECKPOINT_FILE).read_text())
     assert any("login.py" in change for change in checkpoint.file_changes)
     assert orjson.loads(upstream.requests[-1].body)["instructions"].startswith(SUMMARIZER + "\n\n<")
+    # The history kept is the request as it came, not as the stage rewrote it meanwhile.
+    raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
+    assert raw["messages"] == [{"role": "system", "content": SUMMARIZER}, *responses["input"]]
 
 
 def long_transcript() -> dict[str, Any]:
@@ -278,6 +292,7 @@ async def test_corpus_session_compacted_in_the_middle_resumes(
     seen = messages[:half]
     compaction = compaction_body(transcript_of(seen[1:]))
     await send(client, proxy, "/v1/chat/completions", compaction, "ses_long")
+    await written(proxy)
 
     memory_dir = project / ".deep-memory"
     raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
@@ -372,16 +387,25 @@ async def test_a_full_disk_never_blocks_the_compaction(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("proxy.compaction.write_checkpoint", disk_full)
-    await _compact_and_check_health(start_proxy, upstream, client, home, project)
+    await _compact_and_check_health(
+        start_proxy, upstream, client, home, project, archive_named=True
+    )
 
 
-async def _compact_and_check_health(start_proxy, upstream, client, home, project):
+async def _compact_and_check_health(
+    start_proxy, upstream, client, home, project, archive_named: bool = False
+):
+    """The compaction goes upstream all the same, and /health says why there is no
+    checkpoint. A memory dir that cannot take the session's archive is found before the
+    summarizer is told of one; a write that fails later (in the background) is not."""
     proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_ro")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_ro")
     sent = orjson.loads(upstream.requests[-1].body)
     assert sent["messages"][1] == COMPACTION["body"]["messages"][1]
-    assert "archived the full history" not in sent["messages"][0]["content"]
+    named = "keeps the full history" in sent["messages"][0]["content"]
+    assert named == archive_named
+    await written(proxy)
     async with client.get(proxy.url + "/health") as response:
         assert response.status == 503
         problems = (await response.json())["problems"]
@@ -446,28 +470,99 @@ async def test_a_refused_projects_compaction_keeps_nothing(start_proxy, upstream
     assert sent["messages"][1] == COMPACTION["body"]["messages"][1]  # forwarded all the same
 
 
-async def test_the_checkpoint_is_on_disk_before_the_compaction_goes_upstream(
-    start_proxy, upstream, client, tmp_path
+async def test_the_compaction_goes_upstream_while_its_checkpoint_is_written(
+    start_proxy, upstream, client, tmp_path, monkeypatch
 ):
-    """The rewrite runs on a worker thread now; forwarding still waits for the checkpoint."""
+    """Issue 16: the checkpoint (extraction and writes: tens of ms, up to a hundred on a long
+    session) was written before the compaction went upstream. It is written in the background
+    now: the compaction and its answer do not wait for it; the session's next request, which
+    may read it, does; and the statistics count it once written."""
+    import threading
+
     from aiohttp import web
 
     from tests.fake_upstream import json_answer
 
     home, project = make_project(tmp_path, None)
+    checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
     on_disk_when_forwarded: list[bool] = []
 
     async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
-        if b"<conversation>" in body:
-            checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
-            on_disk_when_forwarded.append(checkpoint.exists())
+        on_disk_when_forwarded.append(checkpoint.exists())
         return web.json_response(json_answer(request.path, "ok"))
 
+    release = threading.Event()
+    real_write = compaction_module.write_checkpoint
+
+    def held_write(*args, **kwargs):
+        assert release.wait(10)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
     upstream.handler = provider
     proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_order")
-    assert on_disk_when_forwarded == [True]
+    assert on_disk_when_forwarded == [False, False] and not checkpoint.exists()
+    sent = orjson.loads(upstream.requests[-1].body)["messages"][0]["content"]
+    assert str(project / ".deep-memory" / "sessions" / "ses_order") in sent  # named already
+
+    following = asyncio.create_task(
+        send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
+    )
+    await asyncio.sleep(0.3)
+    assert not following.done() and len(on_disk_when_forwarded) == 2  # it waits for the write
+    release.set()
+    await asyncio.wait_for(following, 10)
+    assert on_disk_when_forwarded == [False, False, True]
+    async with client.get(proxy.url + "/stats") as response:
+        stats = await response.json()
+    [session] = [s for s in stats["sessions"] if s["session_id"] == "ses_order"]
+    assert session["memory"]["checkpoints"] == 1
+
+
+async def test_a_compaction_that_fails_open_still_writes_its_checkpoint(
+    start_proxy, upstream, client, tmp_path
+):
+    """An addon after the compaction stage fails: the original bytes go upstream, and the
+    checkpoint the stage began is written all the same (as it was when it came first)."""
+    home, project = make_project(tmp_path, None)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+
+    class Broken:
+        def request(self, conversation, flow) -> bool:
+            raise RuntimeError("a bug in a later addon")
+
+    proxy.state.addons.append(Broken())
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_fail")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_fail")
+    assert upstream.requests[-1].body == orjson.dumps(COMPACTION["body"])
+    await written(proxy)
+    checkpoint = Checkpoint.parse((project / ".deep-memory" / CHECKPOINT_FILE).read_text())
+    assert checkpoint.session_id == "ses_fail"
+
+
+async def test_stopping_the_proxy_waits_for_the_checkpoints_being_written(tmp_path):
+    """A checkpoint begun in the background is written before the proxy stops."""
+    import threading
+
+    from memory.catalog import MemoryCatalog
+
+    catalog = MemoryCatalog(tmp_path / "data")
+    started, release, done = threading.Event(), threading.Event(), []
+
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+        done.append(True)
+
+    catalog.writes.submit(slow)
+    assert started.wait(10)
+    threading.Timer(0.2, release.set).start()
+    catalog.close()
+    assert done == [True]
+    with pytest.raises(RuntimeError):
+        catalog.writes.submit(lambda: None)
 
 
 async def test_a_compaction_whose_history_cannot_be_read_keeps_its_checkpoint(
@@ -492,6 +587,7 @@ async def test_a_compaction_whose_history_cannot_be_read_keeps_its_checkpoint(
     compaction.histories = Away()
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_h")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_h")
+    await written(proxy)
     memory_dir = project / ".deep-memory"
     [line] = (memory_dir / LOG_FILE).read_text().splitlines()
     assert orjson.loads(line)["source"] == "transcript"

@@ -157,7 +157,7 @@ async def test_a_compaction_on_another_replica_builds_the_checkpoint_from_the_se
     start_proxy, upstream, client, tmp_path, redis
 ):
     from memory.archive import LOG_FILE, RAW_FILE
-    from tests.test_compaction import COMPACTION, agent_body, send
+    from tests.test_compaction import COMPACTION, agent_body, send, written
     from tests.test_memory_injection import make_project
 
     home, project = make_project(tmp_path, None)
@@ -175,6 +175,7 @@ async def test_a_compaction_on_another_replica_builds_the_checkpoint_from_the_se
     await send(client, group[0], "/v1/chat/completions", agent, "ses_moved")
     await asyncio.sleep(0.2)  # its body is kept without being waited for; a compaction comes later
     await send(client, group[1], "/v1/chat/completions", COMPACTION["body"], "ses_moved")
+    await written(group[1])
 
     memory_dir = project / ".deep-memory"  # the session's project, though B never saw it named
     raw = orjson.loads((memory_dir / RAW_FILE).read_bytes())
