@@ -226,8 +226,8 @@ class CompactionStage:
 
     def _history(self, conversation: Conversation, flow: Flow) -> History:
         """The history the checkpoint keeps: the session's last agent request as this proxy
-        saw it, else the compaction's own transcript. Parsed, not yet read: the checkpoint's
-        extraction is the background's work."""
+        saw it, else the compaction's own transcript: its bytes, parsed here only as far as
+        the handoff note's message count needs; the extraction is the background's work."""
         try:
             cached = self.histories.get(flow.session_id)
         except StateUnavailable as exc:  # a shared backend away: the transcript still serves
