@@ -8,8 +8,10 @@ a ``<conversation>`` transcript) it, in order:
 1. begins the checkpoint (``memory.archive``): the raw history as last seen, the extraction
    (``memory.checkpoint``), the per-session archive and the compaction log, written by the
    memory's background thread (``MemoryCatalog.writes``) while the request goes upstream; the
-   session's next request waits for it (``Flow.begin``). A failure to write is reported in
-   ``/health`` and the log, and the request still goes on;
+   session's next request waits for it (``Flow.begin``). With replicas (a shared state
+   backend) it is written before the request goes upstream: the next request may reach
+   another process. A failure to write is reported in ``/health`` and the log, and the
+   request still goes on;
 2. compresses the large tool results inside the transcript (``compaction_compress``), keeping
    their originals in CCR so a marker the summary carries forward can still be expanded;
 3. improves the summarizer's instructions (``compaction_prompt``): ``augment`` adds a handoff
@@ -257,7 +259,8 @@ class CompactionStage:
         """Make the session's archive directory (so a memory dir that cannot take it is
         known before the summarizer is told of the archive), then write the checkpoint in the
         background: the compaction goes upstream meanwhile, and its answer's bookkeeping waits
-        for the write (``Flow.begin``)."""
+        for the write (``Flow.begin``). With a shared state backend (replicas), before the
+        request goes upstream, as it always was."""
         try:
             make_memory_dirs(memory_dir, SESSIONS_DIR, session_dirname(flow.session_id))
         except OSError as exc:
@@ -266,7 +269,12 @@ class CompactionStage:
             return
         report.archive = archive_paths(memory_dir, flow.session_id, now)[1]
         job = functools.partial(self._checkpoint, memory, memory_dir, flow, now, history, report)
-        flow.begin(self.catalog.writes, job)
+        if self.settings.state_url is not None:
+            # Replicas: the session's next request may reach another process, which cannot
+            # wait for this one's background, and its resume block reads the checkpoint.
+            job()
+        else:
+            flow.begin(self.catalog.writes, job)
 
     def _checkpoint(
         self,

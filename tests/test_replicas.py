@@ -153,6 +153,40 @@ async def test_replicas_racing_on_the_same_request_forward_one_form(
             assert first != body  # both compressed: the one that lost the race decided again
 
 
+async def test_with_replicas_the_checkpoint_is_on_disk_before_the_compaction_goes_upstream(
+    start_proxy, upstream, client, tmp_path, redis
+):
+    """A single process writes a compaction's checkpoint in the background and makes the
+    session's next request wait for it; another replica cannot wait for it, and the restarted
+    history's resume block reads it. So replicas write it before forwarding (a regression:
+    the corpus replay through two replicas sent one request without its resume block)."""
+    from aiohttp import web
+
+    from memory.archive import CHECKPOINT_FILE
+    from tests.fake_upstream import json_answer
+    from tests.test_compaction import COMPACTION, agent_body, send
+    from tests.test_memory_injection import make_project
+
+    home, project = make_project(tmp_path, None)
+    checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
+    on_disk_when_forwarded: list[bool] = []
+
+    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
+        on_disk_when_forwarded.append(checkpoint.exists())
+        return web.json_response(json_answer(request.path, "ok"))
+
+    upstream.handler = provider
+    proxy = await start_proxy(
+        upstream=[f"{upstream.url}/v1"],
+        data_dir=str(tmp_path / "replica0"),
+        state_url=redis.url,
+        allowed_roots=str(home),
+    )
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_held")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_held")
+    assert on_disk_when_forwarded == [False, True]
+
+
 async def test_a_compaction_on_another_replica_builds_the_checkpoint_from_the_session(
     start_proxy, upstream, client, tmp_path, redis
 ):
