@@ -90,8 +90,9 @@ class Flow:
         self.starts.clear()
 
     def finish_begun(self, timeout: float = BEGUN_WAIT_SECONDS) -> None:
-        """Wait, at most ``timeout`` seconds, for the work begun for this request; on the
-        bookkeeping's thread, never on the event loop."""
+        """Wait, at most ``timeout`` seconds, for the work begun for this request: on the
+        bookkeeping's thread or a reader's worker thread (on the event loop only as the
+        proxy stops, ``SessionRegistry.shutdown``)."""
         if self.begun:
             concurrent.futures.wait(self.begun, timeout)
 
