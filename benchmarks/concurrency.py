@@ -9,18 +9,20 @@ direct to the fake provider, through the control and through deepmem, one after 
 an order that rotates, so the three see the same load.
 
 Overhead is the time through a proxy minus the time direct, at the same percentile; the ratio
-is deepmem's overhead over the control's, for all requests, for those over ~100K tokens and
-for the first request of each session. ``--stream`` asks for streamed answers and adds their
-time to first byte; ``--dialect anthropic|responses`` sends the sessions in that wire format
-(``proxy/replay_wire.py``). A line of deepmem's own totals (fail-opens, tokens removed) shows
-it did its work rather than relay, and a second table, from deepmem's ``Server-Timing``, where
-its time went on the requests but each session's first: by where the rewrite ran (the event
-loop, a light step; or a worker), its time before forwarding, the rewrite's own part of it and
-what waited (for the session's turn, a worker or the loop). A line of each proxy's CPU time
-per request (its event loop's and all its threads', from ``/proc``) gives a figure that the
-machine's other work moves less than the times, and a line of deepmem's by thread, by the
-names its threads give the kernel (``memory.threads.NamedThread``): the rewrite workers, the
-embedding thread, unnamed ones (a native library's) and those that ended meanwhile.
+is deepmem's overhead over the control's, for all requests, for those over ~100K tokens, for
+the first request of each session, for the requests that begin a user turn and for the
+compactions (``request_kinds``): the kinds that make deepmem's slowest requests. ``--stream``
+asks for streamed answers and adds their time to first byte; ``--dialect anthropic|responses``
+sends the sessions in that wire format (``proxy/replay_wire.py``). A line of deepmem's own
+totals (fail-opens, tokens removed) shows it did its work rather than relay, and a second
+table, from deepmem's ``Server-Timing``, where its time went on the requests but each session's
+first: by where the rewrite ran (the event loop, a light step; or a worker), its time before
+forwarding, the rewrite's own part of it and what waited (for the session's turn, a worker or
+the loop). A line of each proxy's CPU time per request (its event loop's and all its threads',
+from ``/proc``) gives a figure that the machine's other work moves less than the times, and a
+line of deepmem's by thread, by the names its threads give the kernel
+(``memory.threads.NamedThread``): the rewrite workers, the embedding thread, unnamed ones (a
+native library's) and those that ended meanwhile.
 
     python -m benchmarks.concurrency                              # 50 sessions, whole
     python -m benchmarks.concurrency --limit-requests 20          # 20 requests a session
@@ -55,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from benchmarks.overhead import (
     HEADERS,
@@ -73,7 +76,8 @@ from benchmarks.overhead import (
     wait_ready,
 )
 from benchmarks.soak import session_requests, transcripts
-from compressors.wire import FORMATS
+from compressors.view import Dialect
+from compressors.wire import FORMATS, parse_conversation
 from proxy.replay_wire import DIALECTS
 
 CONTROL = Path(
@@ -90,7 +94,11 @@ BUCKETS = {
     "all": "all requests",
     "large": f"over {LARGE_BODY_BYTES // 1000} KB",
     "first": "first of a session",
+    "user_turn": "a user turn begins",
+    "compaction": "compactions",
 }
+# What a request of a replayed session is (``request_kinds``): the buckets but "all" and "large".
+FIRST, STEP, USER_TURN, COMPACTION = "first", "step", "user_turn", "compaction"
 WARMUP_ROUNDS = 10
 
 
@@ -102,6 +110,7 @@ class Sample:
     index: int  # its place in the session
     body_bytes: int
     timings: dict[str, Timing]
+    kind: str = STEP  # ``request_kinds``
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,25 @@ def session_bodies(
     return bodies
 
 
+def request_kinds(bodies: list[bytes], dialect: Dialect) -> list[str]:
+    """What each of a session's requests is, as ``session_requests`` builds them: its first,
+    the compaction it ends with, and in between a step that begins a user turn (its last real
+    user message is one it adds: recall and the turn's compression run then) or not."""
+    wire = FORMATS[dialect]
+    kinds, sent = [], 0
+    for index, body in enumerate(bodies):
+        parsed = orjson.loads(body)
+        if index == 0:
+            kinds.append(FIRST)
+        elif index == len(bodies) - 1:
+            kinds.append(COMPACTION)
+        else:
+            adds_user = parse_conversation(dialect, parsed).last_user_message >= sent
+            kinds.append(USER_TURN if adds_user else STEP)
+        sent = wire.message_count(parsed)
+    return kinds
+
+
 async def send(
     client: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
 ) -> Timing | None:
@@ -197,6 +225,7 @@ async def replay_session(
     bodies: list[bytes],
     run: Run,
     think_ms: float = 0.0,
+    kinds: list[str] | None = None,
 ) -> None:
     headers = {**headers, "x-session-id": f"concurrency-{session}-{time.time_ns()}"}
     pauses = random.Random(session)  # the model's time to its next step: 0.5x to 1.5x
@@ -214,7 +243,8 @@ async def replay_session(
             else:
                 timings[target] = timing
         if len(timings) == len(TARGETS):
-            run.samples.append(Sample(session, index, len(body), timings))
+            kind = kinds[index] if kinds is not None else STEP
+            run.samples.append(Sample(session, index, len(body), timings, kind))
     run.session_s.append(time.perf_counter() - started)
 
 
@@ -252,6 +282,10 @@ async def run(setup: Setup) -> Run:
         for project in projects:
             project.mkdir()
         bodies = session_bodies(corpus, projects, setup)
+        kinds_of: dict[int, list[str]] = {}  # sessions alike share their bodies
+        for replayed in bodies:
+            if id(replayed) not in kinds_of:
+                kinds_of[id(replayed)] = request_kinds(replayed, DIALECTS[setup.dialect])
         with (
             children(upstream_port, proxy_port, str(data_dir), ["--allowed-roots", str(root)]) as (
                 upstream,
@@ -283,6 +317,7 @@ async def run(setup: Setup) -> Run:
                             bodies[session],
                             result,
                             setup.think_ms,
+                            kinds_of[id(bodies[session])],
                         )
                         for session in range(setup.sessions)
                     )
@@ -443,6 +478,8 @@ def summary(result: Run, stream: bool) -> dict[str, Any]:
         "all": result.samples,
         "large": [s for s in result.samples if s.body_bytes > LARGE_BODY_BYTES],
         "first": [s for s in result.samples if s.index == 0],
+        "user_turn": [s for s in result.samples if s.kind == USER_TURN],
+        "compaction": [s for s in result.samples if s.kind == COMPACTION],
     }
     buckets = {}
     for name, samples in members.items():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,16 @@ from benchmarks.concurrency import (
     Setup,
     _by_thread,
     bucket_summary,
+    request_kinds,
     rewrite_split,
     session_bodies,
     spread,
     summary,
 )
 from benchmarks.overhead import Timing, cpu_by_thread, cpu_seconds, page_faults
+from benchmarks.soak import session_requests
 from memory.threads import NamedThread
+from proxy.replay_wire import DIALECTS
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_control = pytest.mark.skipif(not CONTROL.is_file(), reason=f"no control proxy at {CONTROL}")
@@ -103,6 +107,8 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
         "all": 9,
         "large": 4,
         "first": 3,
+        "user_turn": 3,  # the third request of four ("Thanks.")
+        "compaction": 3,
     }
     for bucket in buckets.values():
         assert set(bucket["direct"]) == {"p50", "p95", "ttfb_p50", "ttfb_p95"}
@@ -235,6 +241,29 @@ def test_buckets_split_large_and_first_requests_and_judge_the_goals() -> None:
     assert buckets["first"]["ratio"]["p50"] == 1.5 and "goals" not in buckets["first"]
     assert buckets["large"]["ratio"]["p50"] == 3.5 and buckets["large"]["meets_goals"] is False
     assert buckets["all"]["requests"] == 2
+
+
+@pytest.mark.parametrize("dialect", ["chat", "anthropic", "responses"])
+def test_request_kinds_tell_a_user_turn_from_a_step_in_every_dialect(
+    tmp_path: Path, dialect: str
+) -> None:
+    # Requests before each assistant message: the first user message; the tool result; the
+    # second user message ("Thanks."); then the compaction.
+    bodies = list(session_requests(transcript("log\n"), tmp_path, False, dialect))
+    assert request_kinds(bodies, DIALECTS[dialect]) == ["first", "step", "user_turn", "compaction"]
+
+
+def test_user_turns_and_compactions_have_buckets_of_their_own() -> None:
+    samples = [
+        sample(0, 1_000, direct=10, control=11, deepmem=12),
+        replace(sample(1, 1_000, direct=10, control=11, deepmem=14), kind="user_turn"),
+        sample(2, 1_000, direct=10, control=11, deepmem=12),
+        replace(sample(3, 1_000, direct=10, control=11, deepmem=30), kind="compaction"),
+    ]
+    buckets = summary(Run(samples=samples), stream=False)
+    assert buckets["user_turn"]["requests"] == 1 and buckets["user_turn"]["ratio"]["p50"] == 4.0
+    assert buckets["compaction"]["requests"] == 1 and buckets["compaction"]["ratio"]["p50"] == 20.0
+    assert "goals" not in buckets["user_turn"] and "goals" not in buckets["compaction"]
 
 
 def test_think_time_pauses_a_session_between_an_answer_and_its_next_request(
