@@ -145,6 +145,18 @@ class History:
         return orjson.loads(self.raw) if self.body is None else self.body
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointJob:
+    """A compaction's checkpoint to write: what it keeps and where."""
+
+    memory: ProjectMemory
+    memory_dir: Path
+    flow: Flow
+    now: datetime  # the compaction's time: its archive's name
+    history: History
+    report: CompactionReport
+
+
 @dataclass(slots=True)
 class CompactionReport:
     project: Path | None
@@ -198,7 +210,7 @@ class CompactionStage:
             report.write_error = resolution.reason
             self._log(flow.session_id, report)
         elif self.settings.checkpoints:
-            self._begin_checkpoint(memory, memory_dir, flow, now, history, report)
+            self._begin_checkpoint(CheckpointJob(memory, memory_dir, flow, now, history, report))
         changed = False
         if self.settings.compaction_compress:
             changed = self._compress(conversation, report)
@@ -247,47 +259,33 @@ class CompactionStage:
         count = len(history_messages(conversation))
         return History(flow.dialect, flow.raw, None, count, "transcript")
 
-    def _begin_checkpoint(
-        self,
-        memory: ProjectMemory,
-        memory_dir: Path,
-        flow: Flow,
-        now: datetime,
-        history: History,
-        report: CompactionReport,
-    ) -> None:
+    def _begin_checkpoint(self, job: CheckpointJob) -> None:
         """Make the session's archive directory (so a memory dir that cannot take it is
         known before the summarizer is told of the archive), then write the checkpoint in the
         background: the compaction goes upstream meanwhile, and its answer's bookkeeping waits
         for the write (``Flow.begin``). With a shared state backend (replicas), before the
         request goes upstream, as it always was."""
+        report, session_id = job.report, job.flow.session_id
         try:
-            make_memory_dirs(memory_dir, SESSIONS_DIR, session_dirname(flow.session_id))
+            make_memory_dirs(job.memory_dir, SESSIONS_DIR, session_dirname(session_id))
         except OSError as exc:
-            self._write_failed(memory_dir, report, exc)
-            self._log(flow.session_id, report)
+            self._write_failed(job.memory_dir, report, exc)
+            self._log(session_id, report)
             return
-        report.archive = archive_paths(memory_dir, flow.session_id, now)[1]
-        job = functools.partial(self._checkpoint, memory, memory_dir, flow, now, history, report)
+        report.archive = archive_paths(job.memory_dir, session_id, job.now)[1]
+        write = functools.partial(self._checkpoint, job)
         if self.settings.state_url is not None:
             # Replicas: the session's next request may reach another process, which cannot
             # wait for this one's background, and its resume block reads the checkpoint.
-            job()
+            write()
         else:
-            flow.begin(self.catalog.writes, job)
+            job.flow.begin(self.catalog.writes, write)
 
-    def _checkpoint(
-        self,
-        memory: ProjectMemory,
-        memory_dir: Path,
-        flow: Flow,
-        now: datetime,
-        history: History,
-        report: CompactionReport,
-    ) -> None:
+    def _checkpoint(self, job: CheckpointJob) -> None:
         """Extract and write the checkpoint, then let the project's index take it in (so the
         session's next user message does not wait for that in its search)."""
-        session_id = flow.session_id
+        history, report, memory_dir, now = job.history, job.report, job.memory_dir, job.now
+        session_id = job.flow.session_id
         try:
             body = history.parsed()
             seen = parse_conversation(history.dialect, body)
@@ -322,7 +320,7 @@ class CompactionStage:
         self._log(session_id, report)
         if report.checkpoint is not None:
             try:
-                memory.refresh_index()
+                job.memory.refresh_index()
             except Exception:  # the next search catches the index up
                 log.exception("memory index of %s not refreshed", report.project)
 
