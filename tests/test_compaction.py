@@ -48,6 +48,24 @@ async def written(proxy) -> None:
     assert await asyncio.to_thread(proxy.state.memory.catalog.writes.drain, 10.0)
 
 
+def checkpoint_on_disk_when_forwarded(upstream, project: Path) -> list[bool]:
+    """Make the fake upstream note, for each request it receives, whether the project's
+    checkpoint is on disk then; the list it fills."""
+    from aiohttp import web
+
+    from tests.fake_upstream import json_answer
+
+    checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
+    seen: list[bool] = []
+
+    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
+        seen.append(checkpoint.exists())
+        return web.json_response(json_answer(request.path, "ok"))
+
+    upstream.handler = provider
+    return seen
+
+
 def transcript_of(messages: list[dict[str, Any]]) -> str:
     """OpenCode's compaction transcript format, rendered from chat messages."""
     lines = []
@@ -479,18 +497,9 @@ async def test_the_compaction_goes_upstream_while_its_checkpoint_is_written(
     may read it, does; and the statistics count it once written."""
     import threading
 
-    from aiohttp import web
-
-    from tests.fake_upstream import json_answer
-
     home, project = make_project(tmp_path, None)
     checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
-    on_disk_when_forwarded: list[bool] = []
-
-    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
-        on_disk_when_forwarded.append(checkpoint.exists())
-        return web.json_response(json_answer(request.path, "ok"))
-
+    on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
     release = threading.Event()
     real_write = compaction_module.write_checkpoint
 
@@ -499,7 +508,6 @@ async def test_the_compaction_goes_upstream_while_its_checkpoint_is_written(
         return real_write(*args, **kwargs)
 
     monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
-    upstream.handler = provider
     proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_order")

@@ -159,23 +159,18 @@ async def test_with_replicas_the_checkpoint_is_on_disk_before_the_compaction_goe
     """A single process writes a compaction's checkpoint in the background and makes the
     session's next request wait for it; another replica cannot wait for it, and the restarted
     history's resume block reads it. So replicas write it before forwarding (a regression:
-    the corpus replay through two replicas sent one request without its resume block)."""
-    from aiohttp import web
-
-    from memory.archive import CHECKPOINT_FILE
-    from tests.fake_upstream import json_answer
-    from tests.test_compaction import COMPACTION, agent_body, send
+    the corpus replay through two replicas forwarded the request after the compaction
+    otherwise than one process did)."""
+    from tests.test_compaction import (
+        COMPACTION,
+        agent_body,
+        checkpoint_on_disk_when_forwarded,
+        send,
+    )
     from tests.test_memory_injection import make_project
 
     home, project = make_project(tmp_path, None)
-    checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
-    on_disk_when_forwarded: list[bool] = []
-
-    async def provider(request: web.Request, body: bytes) -> web.StreamResponse:
-        on_disk_when_forwarded.append(checkpoint.exists())
-        return web.json_response(json_answer(request.path, "ok"))
-
-    upstream.handler = provider
+    on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
     proxy = await start_proxy(
         upstream=[f"{upstream.url}/v1"],
         data_dir=str(tmp_path / "replica0"),
