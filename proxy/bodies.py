@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress, count
 from operator import is_not
@@ -44,7 +45,7 @@ import orjson
 
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
-from compressors.view import EditMemo, Walked
+from compressors.view import MAX_RESENT, EditMemo, Walked
 from compressors.wire import WireFormat, without_cache_mark_bytes, without_cache_marks
 
 MAX_SESSIONS = 64
@@ -114,6 +115,15 @@ class Growth:
         return max(0, self.end - self.start - self.resent)
 
 
+@dataclass(frozen=True, slots=True)
+class _Unmarked:
+    """A kept message with cache marks, as its client sends it again without them: the bytes
+    (``without_cache_mark_bytes``) and the value (``without_cache_marks``) of that."""
+
+    data: bytes
+    message: Any
+
+
 @dataclass(slots=True)
 class _Kept:
     raw: bytes
@@ -126,11 +136,44 @@ class _Kept:
     walked: Walked | None
     tail: dict[str, Any] | None  # ``Parsed.tail``
     size: int  # bytes counted against the cache's limit
+    # The last ``MAX_RESENT`` messages without their cache marks, by index (None: it has
+    # none), found once the answer is out (``read_ahead``); None until then.
+    unmarked: dict[int, _Unmarked | None] | None = None
+    # From which message on the last ones all have marks (len(ends): the last has none):
+    # where the next body likely stops repeating these bytes.
+    marked_from: int | None = None
 
     @property
     def closing(self) -> memoryview:
         """The bytes from the message list's "]" on."""
         return memoryview(self.raw)[self.ends[-1] :]
+
+    def read_ahead(self) -> None:
+        """Find the last messages' cache marks now, off the next body's path (work a request
+        defers until its answer is out): OpenCode moves Anthropic's marks to the last two
+        messages at every step, so the next body repeats these bytes only up to the first
+        marked one, and sends the marked ones again without their marks. Finding the marks
+        and the values without them took 0.1 ms at the median on the corpus's Anthropic
+        steps (caches cold). Safe beside a parse on another thread: it only adds."""
+        if self.unmarked is not None:
+            return
+        count = len(self.ends)
+        unmarked = {
+            index: _unmark(self, index) for index in range(max(0, count - MAX_RESENT), count)
+        }
+        marked_from = count
+        while marked_from - 1 in unmarked and unmarked[marked_from - 1] is not None:
+            marked_from -= 1
+        self.unmarked, self.marked_from = unmarked, marked_from
+
+
+def _unmark(kept: _Kept, index: int) -> _Unmarked | None:
+    """Kept message ``index`` without its cache marks; None when it has none."""
+    old = _message_bytes(kept.raw, kept.start, kept.ends, index)
+    new = without_cache_mark_bytes(old)
+    if len(new) == len(old):
+        return None
+    return _Unmarked(new, without_cache_marks(kept.messages[index]))
 
 
 class BodyCache:
@@ -204,11 +247,14 @@ class BodyCache:
         self._last_repeated = (kept, raw, reused)
         return reused
 
-    def remember(self, key: tuple[str, str], raw: bytes, parsed: Parsed) -> None:
-        """Keep ``raw`` as the session's body to parse the next request against."""
+    def remember(
+        self, key: tuple[str, str], raw: bytes, parsed: Parsed
+    ) -> Callable[[], None] | None:
+        """Keep ``raw`` as the session's body to parse the next request against. Returns what
+        may be done for that parse once the answer is out (``_Kept.read_ahead``), if kept."""
         if parsed.start < 0 or len(parsed.ends) != len(parsed.messages):
             self.forget(key)
-            return
+            return None
         size = len(raw) + (parsed.written.size if parsed.written is not None else 0)
         kept = _Kept(
             raw,
@@ -225,11 +271,12 @@ class BodyCache:
         with self._lock:
             self._drop(key)
             if size > self.max_bytes:
-                return
+                return None
             self._kept[key] = kept
             self.bytes += size
             while len(self._kept) > self.max_sessions or self.bytes > self.max_bytes:
                 self._drop(next(iter(self._kept)))
+        return kept.read_ahead
 
     def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
@@ -288,18 +335,20 @@ def _unmarked(kept: _Kept, raw: bytes, reused: int) -> list[tuple[Any, int]]:
     their marks (``without_cache_mark_bytes``) are what orjson writes of that value."""
     found: list[tuple[Any, int]] = []
     end = kept.ends[reused - 1]
+    ahead = kept.unmarked or {}
     for index in range(reused, len(kept.ends)):
         if raw[end] != _COMMA:
             break
-        old = _message_bytes(kept.raw, kept.start, kept.ends, index)
-        new = without_cache_mark_bytes(old)
-        if len(new) == len(old):  # no mark in it: the same bytes would have been repeated
+        unmarked = ahead[index] if index in ahead else _unmark(kept, index)
+        if unmarked is None:  # no mark in it: the same bytes would have been repeated
             break
         start = end + 1
-        end = start + len(new)
-        if not (len(raw) > end and raw[end] in (_COMMA, _CLOSE) and raw.startswith(new, start)):
+        end = start + len(unmarked.data)
+        if not (
+            len(raw) > end and raw[end] in (_COMMA, _CLOSE) and raw.startswith(unmarked.data, start)
+        ):
             break
-        found.append((without_cache_marks(kept.messages[index]), end))
+        found.append((unmarked.message, end))
     return found
 
 
@@ -454,19 +503,30 @@ def same_objects(messages: list[Any], previous: list[Any]) -> int:
 
 
 def _repeated(kept: _Kept, raw: bytes) -> int:
-    """How many of the kept messages ``raw`` repeats byte for byte, from its first byte on."""
+    """How many of the kept messages ``raw`` repeats byte for byte, from its first byte on.
+
+    The first guess is all of them (an agent's next body), or those before the last marked
+    ones (``_Kept.marked_from``: Anthropic's moved cache marks). Past a count known to repeat,
+    only the bytes after it are compared: the difference of a body that sends its last
+    messages again changed is near its end, where every comparison of the whole prefix would
+    reach."""
     previous, ends = memoryview(kept.raw), kept.ends
 
-    def repeats(count: int) -> bool:
-        end = ends[count - 1]
-        return len(raw) > end and raw[end] in (_COMMA, _CLOSE) and raw.startswith(previous[:end])
+    def repeats(known: int, count: int) -> bool:
+        """Whether ``raw`` repeats the first ``count`` messages, given it repeats ``known``."""
+        begin, end = ends[known - 1] if known else 0, ends[count - 1]
+        return (
+            len(raw) > end
+            and raw[end] in (_COMMA, _CLOSE)
+            and raw.startswith(previous[begin:end], begin)
+        )
 
-    if repeats(len(ends)):  # the common case: the previous body, then new messages
-        return len(ends)
-    low, high = 0, len(ends) - 1  # repeats(low) holds (0 trivially); repeats(high + 1) fails
+    guess = len(ends) if kept.marked_from is None else max(1, kept.marked_from)
+    # repeats(low) holds (0 trivially); repeats(high + 1) fails, or high is every message.
+    low, high = (guess, len(ends)) if repeats(0, guess) else (0, guess - 1)
     while low < high:
         middle = (low + high + 1) // 2
-        if repeats(middle):
+        if repeats(low, middle):
             low = middle
         else:
             high = middle - 1

@@ -287,10 +287,13 @@ def _rewrite(
             else (Outcome.FORWARDED, raw)
         )
         if bodies is not None and key is not None and kind not in ONE_OFF_KINDS:
-            bodies.remember(key, raw, parsed)
+            read_ahead = bodies.remember(key, raw, parsed)
+            # First of the deferred work, in the order the next request's parse and walk
+            # need it: that request may come soon after.
             if parsed.start >= 0 and parsed.walked is not None:
-                # First of the deferred work: the next request's walk may come soon after.
                 flow.after.insert(0, parsed.walked.make_items)
+            if read_ahead is not None:
+                flow.after.insert(0, read_ahead)
         flow.start_begun()
         return Rewrite(out, outcome, session_id, kind, conversation, flow=flow)
     except StateUnavailable as exc:  # the addon reported it in /health; no traceback needed

@@ -90,6 +90,83 @@ def test_moved_cache_marks_and_a_rewritten_message_reuse_only_what_precedes_them
     assert bodies.parse(("s", "a"), ANTHROPIC, shorter).body == orjson.loads(shorter)
 
 
+def test_moved_marks_found_ahead_are_not_looked_for_again(monkeypatch) -> None:
+    """Once the answer is out, the kept body's last messages are read for their cache marks
+    (``read_ahead``): the next body's hint and parse compare the bytes once, up to the first
+    marked message and then only that message, and take the messages without their marks
+    as found then. The parse is the one a body cache that read nothing ahead gives."""
+    mark = {"type": "ephemeral"}
+    messages = [{"role": "user", "content": [{"type": "text", "text": f"m{i}"}]} for i in range(6)]
+    marked = [*messages[:4], *({**m, "cache_control": mark} for m in messages[4:])]
+    first = orjson.dumps({"model": "m", "system": "s", "messages": marked})
+    longer = [*messages, *({**m, "cache_control": mark} for m in messages[4:])]
+    second = orjson.dumps({"model": "m", "system": "s", "messages": longer})
+    plain, read = BodyCache(), BodyCache()
+    plain.remember(KEY, first, plain.parse(KEY, ANTHROPIC, first))
+    read_ahead = read.remember(KEY, first, read.parse(KEY, ANTHROPIC, first))
+    assert read_ahead is not None
+    read_ahead()
+    expected = plain.parse(KEY, ANTHROPIC, second)
+    unmarked: list[Any] = []
+    compared: list[int] = []
+    monkeypatch.setattr(
+        bodies_module, "without_cache_marks", lambda value: unmarked.append(value) or value
+    )
+
+    class Compared(bytes):
+        def startswith(self, prefix: Any, *start: Any) -> bool:
+            compared.append(len(prefix))
+            return super().startswith(prefix, *start)
+
+    got = read.parse(KEY, ANTHROPIC, Compared(second))
+    assert unmarked == []
+    assert (got.body, got.reused, got.alike, got.ends) == (
+        expected.body,
+        expected.reused,
+        expected.alike,
+        expected.ends,
+    )
+    kept = read._kept[KEY]
+    assert kept.unmarked is not None
+    resent = [kept.unmarked[index] for index in (4, 5)]
+    # The repeated messages' bytes once, each resent one's bytes without its marks, then
+    # the new messages' (where each ends: ``_locate``).
+    assert compared[:3] == [kept.ends[3], *(len(u.data) for u in resent if u is not None)]
+    assert len(compared) == 5
+
+
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=1, max_size=12),
+    changed=st.lists(st.integers(0, 11), max_size=3),
+    added=st.integers(0, 2),
+    marked_from=st.one_of(st.none(), st.integers(0, 12)),
+)
+def test_the_messages_a_body_repeats_are_counted_whatever_the_guess(
+    sizes: list[int], changed: list[int], added: int, marked_from: int | None
+) -> None:
+    """``_repeated`` against its definition: the largest count of the kept body's first
+    messages that the new body repeats byte for byte (a message and the comma or bracket
+    after it), whichever first guess ``marked_from`` makes it try."""
+    messages = [{"role": "user", "content": "x" * size} for size in sizes]
+    raw = orjson.dumps({"model": "m", "messages": messages})
+    bodies = BodyCache()
+    bodies.remember(KEY, raw, bodies.parse(KEY, ANTHROPIC, raw))
+    kept = bodies._kept[KEY]
+    kept.marked_from = None if marked_from is None else min(marked_from, len(messages))
+    now = [
+        dict(m, content=m["content"] + "!") if i in changed else m for i, m in enumerate(messages)
+    ]
+    now += [{"role": "user", "content": "new"}] * added
+    new = orjson.dumps({"model": "m", "messages": now})
+
+    def repeats(count: int) -> bool:
+        end = kept.ends[count - 1] if count else 0
+        return new[:end] == raw[:end] and (count == 0 or new[end : end + 1] in (b",", b"]"))
+
+    expected = max(count for count in range(len(messages) + 1) if repeats(count))
+    assert bodies_module._repeated(kept, new) == expected
+
+
 def test_marks_taken_out_of_a_message_that_also_changed_are_parsed_as_it_is_now() -> None:
     bodies, key = BodyCache(), ("s", "a")
     mark = {"type": "ephemeral"}
@@ -307,16 +384,22 @@ def two_paths() -> Iterator[tuple[list[Addon], list[Addon], str]]:
 
 
 @PROPERTY
-@given(session=sessions(), resent=st.lists(st.integers(0, 40), max_size=3))
+@given(
+    session=sessions(),
+    resent=st.lists(st.integers(0, 40), max_size=3),
+    ahead=st.booleans(),
+)
 def test_incremental_and_whole_parses_forward_the_same_bytes(
     session: Session,
     resent: list[int],
+    ahead: bool,
     two_paths: tuple[list[Addon], list[Addon], str],
 ) -> None:
     """Every request of a session, in every wire format, forwarded by the same addons (on
     stores of their own) once parsed whole and once through the body cache: the same bytes,
     and the cache's objects are still what the client sent. ``resent`` requests go twice (a
-    retry) and a shorter one comes after them (a client that rewound)."""
+    retry) and a shorter one comes after them (a client that rewound). Without ``ahead``, the
+    incremental path's deferred work never runs (each next request came first)."""
     whole, incremental, project = two_paths
     for rendered in renderings(session):
         headers = {
@@ -337,9 +420,9 @@ def test_incremental_and_whole_parses_forward_the_same_bytes(
             got = rewrite_request(raw, rendered.dialect, headers, incremental, bodies=bodies)
             assert got.outcome == expected.outcome, got.error
             assert got.body == expected.body
-            for rewrite in (expected, got):  # the deferred work, as once the answer is out
+            for rewrite in (expected, got) if ahead else (expected,):
                 for job in rewrite.flow.after if rewrite.flow is not None else ():
-                    job()
+                    job()  # the deferred work, as once the answer is out
             kept = bodies._kept.get(key)
             if kept is not None:  # never edited by the addons
                 list_key = FORMATS[rendered.dialect].messages_key
@@ -945,7 +1028,7 @@ def test_the_items_of_a_session_s_next_walk_are_made_once_its_answer_is_out() ->
     assert first.flow is not None and first.conversation is not None
     walked = first.conversation.walked
     assert walked is not None and walked.made == []
-    assert first.flow.after == [walked.make_items]
+    assert first.flow.after[1:] == [walked.make_items]  # after the body's ``read_ahead``
     for job in first.flow.after:
         job()
     made = walked.made[0]
