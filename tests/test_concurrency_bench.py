@@ -118,7 +118,8 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
                 "p95",
                 "overhead_p50",
                 "overhead_p95",
-                "paired_median",
+                "paired_p50",
+                "paired_p95",
                 "ttfb_p50",
                 "ttfb_p95",
             }
@@ -126,6 +127,8 @@ def test_three_sessions_of_three_requests_give_every_figure(tmp_path: Path) -> N
         assert set(bucket["ratio"]) == {
             "p50",
             "p95",
+            "paired_p50",
+            "paired_p95",
             "ttfb_p50",
             "ttfb_p95",
             "ttfb_p50_over_direct",
@@ -223,12 +226,30 @@ def test_ratio_is_deepmem_overhead_over_control_overhead() -> None:
     samples = [sample(i, 1000, direct=10, control=11, deepmem=13) for i in range(5)]
     figures = bucket_summary(samples, stream=True)
     assert figures["control"]["overhead_p50"] == 1.0 and figures["deepmem"]["overhead_p50"] == 3.0
-    assert figures["deepmem"]["paired_median"] == 3.0
+    assert figures["deepmem"]["paired_p50"] == 3.0 and figures["ratio"]["paired_p95"] == 3.0
     assert figures["ratio"]["p50"] == 3.0 and figures["ratio"]["p95"] == 3.0
     assert figures["ratio"]["ttfb_p50"] == 3.0  # (6.5 - 5) / (5.5 - 5)
     assert figures["ratio"]["ttfb_p50_over_direct"] == 1.3  # 6.5 / 5
     # a control no slower than direct has no overhead to divide by
     assert bucket_summary([sample(0, 1, 10, 10, 12)], stream=False)["ratio"]["p50"] is None
+
+
+def test_paired_overhead_is_taken_per_request_as_the_evaluator_takes_it() -> None:
+    """The evaluator subtracts each request's own direct time; the main table subtracts the
+    direct percentile from the proxy's. A request slow through deepmem but fast direct, and
+    one slow direct: the percentiles' difference says 20 ms at p50, each request's own 1."""
+    samples = [
+        sample(0, 1000, direct=10, control=11, deepmem=11),
+        sample(1, 1000, direct=30, control=31, deepmem=31),
+        sample(2, 1000, direct=10, control=11, deepmem=30),
+    ]
+    buckets = summary(Run(samples=samples), stream=False)
+    figures = buckets["all"]
+    assert figures["deepmem"]["overhead_p50"] == 20.0 and figures["ratio"]["p50"] == 20.0
+    assert figures["deepmem"]["paired_p50"] == 1.0 and figures["control"]["paired_p50"] == 1.0
+    assert figures["ratio"]["paired_p50"] == 1.0
+    assert figures["meets_goals"] is False
+    assert figures["meets_goals_paired"] is False  # p95: one request in three took 20 ms
 
 
 def test_buckets_split_large_and_first_requests_and_judge_the_goals() -> None:
