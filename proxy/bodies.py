@@ -124,6 +124,17 @@ class _Unmarked:
     message: Any
 
 
+@dataclass(frozen=True, slots=True)
+class _LastMarks:
+    """The cache marks of a kept body's last messages (``_Kept.read_ahead``)."""
+
+    # The last ``MAX_RESENT`` messages without their marks, by index (None: it has none).
+    unmarked: dict[int, _Unmarked | None]
+    # From which message on the last ones all have marks (the count of messages: the last has
+    # none): where the next body likely stops repeating the kept bytes.
+    marked_from: int
+
+
 @dataclass(slots=True)
 class _Kept:
     raw: bytes
@@ -136,12 +147,7 @@ class _Kept:
     walked: Walked | None
     tail: dict[str, Any] | None  # ``Parsed.tail``
     size: int  # bytes counted against the cache's limit
-    # The last ``MAX_RESENT`` messages without their cache marks, by index (None: it has
-    # none), found once the answer is out (``read_ahead``); None until then.
-    unmarked: dict[int, _Unmarked | None] | None = None
-    # From which message on the last ones all have marks (len(ends): the last has none):
-    # where the next body likely stops repeating these bytes.
-    marked_from: int | None = None
+    marks: _LastMarks | None = None  # found once the answer is out (``read_ahead``)
 
     @property
     def closing(self) -> memoryview:
@@ -155,7 +161,7 @@ class _Kept:
         marked one, and sends the marked ones again without their marks. Finding the marks
         and the values without them took 0.1 ms at the median on the corpus's Anthropic
         steps (caches cold). Safe beside a parse on another thread: it only adds."""
-        if self.unmarked is not None:
+        if self.marks is not None:
             return
         count = len(self.ends)
         unmarked = {
@@ -164,7 +170,7 @@ class _Kept:
         marked_from = count
         while marked_from - 1 in unmarked and unmarked[marked_from - 1] is not None:
             marked_from -= 1
-        self.unmarked, self.marked_from = unmarked, marked_from
+        self.marks = _LastMarks(unmarked, marked_from)
 
 
 def _unmark(kept: _Kept, index: int) -> _Unmarked | None:
@@ -335,7 +341,7 @@ def _unmarked(kept: _Kept, raw: bytes, reused: int) -> list[tuple[Any, int]]:
     their marks (``without_cache_mark_bytes``) are what orjson writes of that value."""
     found: list[tuple[Any, int]] = []
     end = kept.ends[reused - 1]
-    ahead = kept.unmarked or {}
+    ahead = kept.marks.unmarked if kept.marks is not None else {}
     for index in range(reused, len(kept.ends)):
         if raw[end] != _COMMA:
             break
@@ -506,7 +512,7 @@ def _repeated(kept: _Kept, raw: bytes) -> int:
     """How many of the kept messages ``raw`` repeats byte for byte, from its first byte on.
 
     The first guess is all of them (an agent's next body), or those before the last marked
-    ones (``_Kept.marked_from``: Anthropic's moved cache marks). Past a count known to repeat,
+    ones (``_LastMarks.marked_from``: Anthropic's moved cache marks). Past a count known to repeat,
     only the bytes after it are compared: the difference of a body that sends its last
     messages again changed is near its end, where every comparison of the whole prefix would
     reach."""
@@ -521,7 +527,7 @@ def _repeated(kept: _Kept, raw: bytes) -> int:
             and raw.startswith(previous[begin:end], begin)
         )
 
-    guess = len(ends) if kept.marked_from is None else max(1, kept.marked_from)
+    guess = len(ends) if kept.marks is None else max(1, kept.marks.marked_from)
     # repeats(low) holds (0 trivially); repeats(high + 1) fails, or high is every message.
     low, high = (guess, len(ends)) if repeats(0, guess) else (0, guess - 1)
     while low < high:

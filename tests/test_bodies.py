@@ -127,8 +127,8 @@ def test_moved_marks_found_ahead_are_not_looked_for_again(monkeypatch) -> None:
         expected.ends,
     )
     kept = read._kept[KEY]
-    assert kept.unmarked is not None
-    resent = [kept.unmarked[index] for index in (4, 5)]
+    assert kept.marks is not None and kept.marks.marked_from == 4
+    resent = [kept.marks.unmarked[index] for index in (4, 5)]
     # The repeated messages' bytes once, each resent one's bytes without its marks, then
     # the new messages' (where each ends: ``_locate``).
     assert compared[:3] == [kept.ends[3], *(len(u.data) for u in resent if u is not None)]
@@ -152,7 +152,8 @@ def test_the_messages_a_body_repeats_are_counted_whatever_the_guess(
     bodies = BodyCache()
     bodies.remember(KEY, raw, bodies.parse(KEY, ANTHROPIC, raw))
     kept = bodies._kept[KEY]
-    kept.marked_from = None if marked_from is None else min(marked_from, len(messages))
+    if marked_from is not None:
+        kept.marks = bodies_module._LastMarks({}, min(marked_from, len(messages)))
     now = [
         dict(m, content=m["content"] + "!") if i in changed else m for i, m in enumerate(messages)
     ]
