@@ -37,7 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import compress, count
+from itertools import chain, compress, count
 from operator import is_not
 from typing import Any, TypeVar
 
@@ -46,7 +46,12 @@ import orjson
 from compressors import jsontext
 from compressors.pipeline import SeenTexts
 from compressors.view import MAX_RESENT, EditMemo, Walked
-from compressors.wire import WireFormat, without_cache_mark_bytes, without_cache_marks
+from compressors.wire import (
+    WireFormat,
+    cache_mark_spans,
+    without_cache_mark_bytes,
+    without_cache_marks,
+)
 
 MAX_SESSIONS = 64
 MAX_BYTES = 64 * 1024 * 1024  # of kept bodies; their parsed objects take a few times more
@@ -117,11 +122,22 @@ class Growth:
 
 @dataclass(frozen=True, slots=True)
 class _Unmarked:
-    """A kept message with cache marks, as its client sends it again without them: the bytes
-    (``without_cache_mark_bytes``) and the value (``without_cache_marks``) of that."""
+    """A kept message with cache marks, as its client sends it again without them: where the
+    bytes of that (``without_cache_mark_bytes``) lie in the kept body, the runs between its
+    marks (offsets, not a copy: a marked message may be a large tool output), and the value
+    (``without_cache_marks``)."""
 
-    data: bytes
+    runs: tuple[tuple[int, int], ...]
+    size: int  # the runs' bytes in all
     message: Any
+
+    def sent_at(self, raw: bytes, at: int, kept: memoryview) -> bool:
+        """Whether ``raw`` holds these bytes from offset ``at`` on (``kept``: the kept body's)."""
+        for begin, end in self.runs:
+            if not raw.startswith(kept[begin:end], at):
+                return False
+            at += end - begin
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +191,16 @@ class _Kept:
 
 def _unmark(kept: _Kept, index: int) -> _Unmarked | None:
     """Kept message ``index`` without its cache marks; None when it has none."""
-    old = _message_bytes(kept.raw, kept.start, kept.ends, index)
-    new = without_cache_mark_bytes(old)
-    if len(new) == len(old):
+    begin = kept.ends[index - 1] + 1 if index else kept.start
+    spans = cache_mark_spans(kept.raw[begin : kept.ends[index]])
+    if not spans:
         return None
-    return _Unmarked(new, without_cache_marks(kept.messages[index]))
+    cuts = [0, *chain.from_iterable(spans), kept.ends[index] - begin]
+    runs = tuple(
+        (begin + a, begin + b) for a, b in zip(cuts[::2], cuts[1::2], strict=True) if b > a
+    )
+    size = sum(end - start for start, end in runs)
+    return _Unmarked(runs, size, without_cache_marks(kept.messages[index]))
 
 
 class BodyCache:
@@ -342,6 +363,7 @@ def _unmarked(kept: _Kept, raw: bytes, reused: int) -> list[tuple[Any, int]]:
     found: list[tuple[Any, int]] = []
     end = kept.ends[reused - 1]
     ahead = kept.marks.unmarked if kept.marks is not None else {}
+    previous = memoryview(kept.raw)
     for index in range(reused, len(kept.ends)):
         if raw[end] != _COMMA:
             break
@@ -349,9 +371,11 @@ def _unmarked(kept: _Kept, raw: bytes, reused: int) -> list[tuple[Any, int]]:
         if unmarked is None:  # no mark in it: the same bytes would have been repeated
             break
         start = end + 1
-        end = start + len(unmarked.data)
+        end = start + unmarked.size
         if not (
-            len(raw) > end and raw[end] in (_COMMA, _CLOSE) and raw.startswith(unmarked.data, start)
+            len(raw) > end
+            and raw[end] in (_COMMA, _CLOSE)
+            and unmarked.sent_at(raw, start, previous)
         ):
             break
         found.append((unmarked.message, end))

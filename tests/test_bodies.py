@@ -129,10 +129,14 @@ def test_moved_marks_found_ahead_are_not_looked_for_again(monkeypatch) -> None:
     kept = read._kept[KEY]
     assert kept.marks is not None and kept.marks.marked_from == 4
     resent = [kept.marks.unmarked[index] for index in (4, 5)]
-    # The repeated messages' bytes once, each resent one's bytes without its marks, then
-    # the new messages' (where each ends: ``_locate``).
-    assert compared[:3] == [kept.ends[3], *(len(u.data) for u in resent if u is not None)]
-    assert len(compared) == 5
+    runs = [end - begin for u in resent if u is not None for begin, end in u.runs]
+    # The repeated messages' bytes once, each resent one's bytes between its marks (the kept
+    # body's, not a copy), then the new messages' (where each ends: ``_locate``).
+    assert compared == [kept.ends[3], *runs, *compared[-2:]] and len(runs) == 4
+    for message in resent:
+        assert message is not None
+        unmarked = b"".join(first[begin:end] for begin, end in message.runs)
+        assert len(unmarked) == message.size and b"cache_control" not in unmarked
 
 
 @given(

@@ -14,6 +14,7 @@ from compressors.wire import anthropic, openai_chat, openai_responses
 from compressors.wire.base import (
     Usage,
     WireFormat,
+    cache_mark_spans,
     without_cache_mark_bytes,
     without_cache_marks,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "FORMATS",
     "Usage",
     "WireFormat",
+    "cache_mark_spans",
     "chat_dialect",
     "error_body",
     "error_style",
