@@ -191,7 +191,7 @@ class _Kept:
 
 def _unmark(kept: _Kept, index: int) -> _Unmarked | None:
     """Kept message ``index`` without its cache marks; None when it has none."""
-    begin = kept.ends[index - 1] + 1 if index else kept.start
+    begin = _message_start(kept.start, kept.ends, index)
     spans = cache_mark_spans(kept.raw[begin : kept.ends[index]])
     if not spans:
         return None
@@ -429,7 +429,12 @@ def _alike(kept: _Kept, raw: bytes, parsed: Parsed, first: int) -> int:
 
 
 def _message_bytes(raw: B, start: int, ends: list[int], index: int) -> B:
-    return raw[ends[index - 1] + 1 if index else start : ends[index]]
+    return raw[_message_start(start, ends, index) : ends[index]]
+
+
+def _message_start(start: int, ends: list[int], index: int) -> int:
+    """Where message ``index`` begins: after the comma that ends the one before it."""
+    return ends[index - 1] + 1 if index else start
 
 
 def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
@@ -536,10 +541,10 @@ def _repeated(kept: _Kept, raw: bytes) -> int:
     """How many of the kept messages ``raw`` repeats byte for byte, from its first byte on.
 
     The first guess is all of them (an agent's next body), or those before the last marked
-    ones (``_LastMarks.marked_from``: Anthropic's moved cache marks). Past a count known to repeat,
-    only the bytes after it are compared: the difference of a body that sends its last
-    messages again changed is near its end, where every comparison of the whole prefix would
-    reach."""
+    ones (``_LastMarks.marked_from``: Anthropic's moved cache marks). Past a count known to
+    repeat, only the bytes after it are compared: the difference of a body that sends its
+    last messages again changed is near its end, where every comparison of the whole prefix
+    would reach."""
     previous, ends = memoryview(kept.raw), kept.ends
 
     def repeats(known: int, count: int) -> bool:
