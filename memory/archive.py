@@ -211,17 +211,28 @@ def session_checkpoints(memory_dir: Path, session_id: str) -> list[ArchivedCheck
 
 def latest_checkpoint(memory_dir: Path, look_at: int = 3) -> ArchivedCheckpoint | None:
     """The newest archived checkpoint of the ``look_at`` most recently compacted sessions."""
-    newest: ArchivedCheckpoint | None = None
+    return max(newest_checkpoints(memory_dir, look_at), key=_stamp_of, default=None)
+
+
+def newest_checkpoints(memory_dir: Path, most: int) -> list[ArchivedCheckpoint]:
+    """The newest archived checkpoint of each of the ``most`` most recently compacted sessions
+    that has one. The sessions directory's real path is checked once: the session directories
+    listed in it are not symlinks, nor are the files taken from them."""
     try:
         sessions = memory_path(memory_dir, SESSIONS_DIR)
     except OutsideMemoryRoot as exc:
         log.warning("%s", exc)
-        return None
-    for session_dir in recent_session_dirs(sessions, look_at):
+        return []
+    found = []
+    for session_dir in recent_session_dirs(sessions, most):
         stamps = _archived_stamps(session_dir)
-        if stamps and (newest is None or stamps[0] > newest.stamp):
-            newest = ArchivedCheckpoint(session_dir, stamps[0])
-    return newest
+        if stamps:
+            found.append(ArchivedCheckpoint(session_dir, stamps[0]))
+    return found
+
+
+def _stamp_of(checkpoint: ArchivedCheckpoint) -> str:
+    return checkpoint.stamp
 
 
 def _archived_stamps(session_dir: Path) -> list[str]:

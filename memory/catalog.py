@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cachetools import LRUCache
 
-from memory.archive import SESSIONS_DIR, recent_session_dirs, session_checkpoints
+from memory.archive import SESSIONS_DIR, newest_checkpoints
 from memory.files import LOCKS_DIRNAME
 from memory.injection import Line
 from memory.project import DEFAULT_MEMORY_DIRNAME, global_memory_dir, project_memory_dir
@@ -179,17 +179,17 @@ class ProjectMemory:
         if seen == self._archives_seen:
             return
         self._archives_seen = seen
-        wanted: set[Path] = set()
-        for session_dir in recent_session_dirs(sessions, INDEXED_SESSIONS):
-            newest = session_checkpoints(self.memory_dir, session_dir.name)
-            if newest:
-                wanted.add(
-                    self.memory_dir / SESSIONS_DIR / session_dir.name / newest[0].checkpoint.name
-                )
+        wanted = {
+            sessions / archived.session / archived.checkpoint.name
+            for archived in newest_checkpoints(self.memory_dir, INDEXED_SESSIONS)
+        }
         for path in self._archived - wanted:
             self.index.remove(path)
         for path in sorted(wanted - self._archived):
-            self.index.add(path, kind_hint="checkpoint", within=self.memory_dir.parent)
+            # Archived under a name of its own, never written again: read once.
+            self.index.add(
+                path, kind_hint="checkpoint", within=self.memory_dir.parent, write_once=True
+            )
         self._archived = wanted
 
 

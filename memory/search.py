@@ -235,6 +235,7 @@ class DenseScorer(Protocol):
 class _FileState:
     kind_hint: str | None
     within: Path | None = None  # the file's real path must stay inside this directory
+    write_once: bool = False  # never changed once written: not looked at again once read
     stamp: tuple[int, int] | None = None
     documents: list[Document] = field(default_factory=list)
     # per document: the indexed entries' positions and their term counts
@@ -251,7 +252,8 @@ class MemoryIndex:
     """BM25 over the entries of a set of memory files, kept fresh by (mtime, size).
 
     ``search`` re-stats the registered files first (``refresh``), so a changed file is
-    re-parsed before the next answer. A file that does not exist (yet) simply has no entries.
+    re-parsed before the next answer; a file added ``write_once`` (an archived checkpoint) is
+    read once. A file that does not exist (yet) simply has no entries.
     With a ``dense`` scorer, entries also match by meaning (see ``search``).
     """
 
@@ -288,13 +290,18 @@ class MemoryIndex:
     # ---- files
 
     def add(
-        self, path: str | Path, kind_hint: str | None = None, within: Path | None = None
+        self,
+        path: str | Path,
+        kind_hint: str | None = None,
+        within: Path | None = None,
+        write_once: bool = False,
     ) -> None:
         """Watch a memory file (it may not exist yet); with ``within``, a file whose real path
-        leaves that directory (a symlink out) is not read: it has no entries."""
+        leaves that directory (a symlink out) is not read: it has no entries. A ``write_once``
+        file is not looked at again once read."""
         key = Path(path)
         if key not in self._files:
-            self._files[key] = _FileState(kind_hint=kind_hint, within=within)
+            self._files[key] = _FileState(kind_hint=kind_hint, within=within, write_once=write_once)
             self._dirty = True
 
     def remove(self, path: str | Path) -> None:
@@ -326,6 +333,8 @@ class MemoryIndex:
         """Re-parse files whose (mtime, size) changed; rebuild if anything did. True if rebuilt."""
         changed = self._dirty
         for path, state in self._files.items():
+            if state.write_once and state.stamp is not None:
+                continue
             stamp = _stamp(path)
             if stamp != state.stamp:
                 self._load(path, state, stamp)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memory import catalog as catalog_module
+from memory import search as search_module
 from memory.archive import write_checkpoint
 from memory.catalog import INDEXED_SESSIONS, MemoryCatalog
 
@@ -70,9 +71,9 @@ def test_search_indexes_the_newest_checkpoint_of_the_recent_sessions_only(tmp_pa
         os.utime(directory, (1_000_000 + n, 1_000_000 + n))  # ses_024 compacted last
     memory = MemoryCatalog(tmp_path / "data").get(project)
     listings = []
-    real = catalog_module.recent_session_dirs
+    real = catalog_module.newest_checkpoints
     monkeypatch.setattr(
-        catalog_module, "recent_session_dirs", lambda *a: listings.append(a) or real(*a)
+        catalog_module, "newest_checkpoints", lambda *a: listings.append(a) or real(*a)
     )
     found = {hit.document.path for hit in memory.search("current plan", limit=100)}
     archived = sorted(Path(p).parent.name for p in found if "sessions" in p)
@@ -87,3 +88,17 @@ def test_search_indexes_the_newest_checkpoint_of_the_recent_sessions_only(tmp_pa
     # checkpoint.md and the archived copy hold the same line: it is listed once
     assert [hit.entry.text for hit in hits] == ["zebra"]
     assert "ses_new" in str(memory._archived)
+
+
+def test_an_archived_checkpoint_is_read_once_then_not_looked_at_again(tmp_path, monkeypatch):
+    """Issue 16: every search stat'ed each of the 20 archived checkpoints it indexes, files
+    that are never written again (a new compaction archives a new one)."""
+    project = tmp_path / "app"
+    write_checkpoint(project / ".deep-memory", "ses_a", WHEN, [], "## Decisions\n\n- zebra\n")
+    memory = MemoryCatalog(tmp_path / "data").get(project)
+    assert [hit.entry.text for hit in memory.search("zebra")] == ["zebra"]
+    looked_at: list[Path] = []
+    stamp = search_module._stamp
+    monkeypatch.setattr(search_module, "_stamp", lambda path: looked_at.append(path) or stamp(path))
+    assert [hit.entry.text for hit in memory.search("zebra")] == ["zebra"]
+    assert looked_at and not [path for path in looked_at if "sessions" in path.parts]

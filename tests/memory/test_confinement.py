@@ -19,6 +19,7 @@ from memory.archive import (
     LOG_FILE,
     RAW_FILE,
     latest_checkpoint,
+    newest_checkpoints,
     session_checkpoints,
     write_checkpoint,
 )
@@ -125,6 +126,17 @@ def test_a_symlinked_sessions_dir_gets_nothing_created_through_it(layout) -> Non
         write_checkpoint(memory_dir, "ses_new", WHEN, [], "# Checkpoint\n")
     assert snapshot(outside) == before and not (outside / "sessions" / "ses_new").exists()
     assert session_checkpoints(memory_dir, "ses_x") == []
+    assert newest_checkpoints(memory_dir, 20) == []
+    assert_untouched_and_unread(outside, before, catalog.get(project))
+
+
+def test_a_symlinked_session_dir_is_not_searched(layout) -> None:
+    project, outside, catalog = layout
+    sessions = project / ".deep-memory" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "ses_x").symlink_to(outside / "sessions" / "ses_x", target_is_directory=True)
+    before = snapshot(outside)
+    assert newest_checkpoints(project / ".deep-memory", 20) == []
     assert_untouched_and_unread(outside, before, catalog.get(project))
 
 
