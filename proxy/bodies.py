@@ -473,7 +473,7 @@ def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
             memoryview(last.data)[: ends[-1]] if last is not None and same else head
         ]
         position = ends[-1] if ends else len(head)
-        received = _received(parsed, same)
+        received = _received(parsed, len(messages) - same)
         came = memoryview(parsed.raw)
         for message in messages[same:]:
             index = received.get(id(message))
@@ -497,15 +497,18 @@ def write(parsed: Parsed, wire: WireFormat) -> bytes | None:
     return data
 
 
-def _received(parsed: Parsed, same: int) -> dict[int, int]:
-    """The messages this body brought that ``write`` may find after the ``same`` it takes
-    from the last forwarded body, by id, with their index: nobody edits a parsed message in
-    place (the view copies what it changes), so one still in the body is the bytes it came
-    as, which ``_locate`` found to be what orjson writes of it."""
+def _received(parsed: Parsed, count: int) -> dict[int, int]:
+    """The last ``count`` messages this body brought, by id, with their index: those ``write``
+    may find after the run it takes from the last forwarded body (the ``count`` after it).
+    Nobody edits a parsed message in place (the view copies what it changes), so one still in
+    the body is the bytes it came as, which ``_locate`` found to be what orjson writes of it.
+    Where the format removed messages whole (Responses reasoning items) they are before the
+    last ``count`` as a rule; one that is not found here is serialised (the same bytes), so the
+    index never covers the removed ones a long session accumulates."""
     messages = parsed.messages
     if not parsed.raw or len(parsed.ends) != len(messages):
         return {}
-    first = min(parsed.reused, same)
+    first = max(len(messages) - count, 0)
     return {id(message): index for index, message in enumerate(messages[first:], first)}
 
 

@@ -343,6 +343,60 @@ def test_a_rewritten_body_is_written_as_a_whole_dumps_would_and_reuses_what_it_f
         assert data[start:end] == orjson.dumps(message)
 
 
+def _responses(items: list[Any]) -> bytes:
+    return orjson.dumps({"model": "m", "input": items, "store": False})
+
+
+def _responses_turns(n: int, steps: int) -> list[dict[str, Any]]:
+    """``n`` turns of a user message, reasoning and an answer; the last with ``steps`` tool
+    calls and their outputs after its reasoning."""
+    items: list[dict[str, Any]] = []
+    for i in range(n):
+        items.append({"type": "message", "role": "user", "content": f"question {i}"})
+        items.append({"type": "reasoning", "summary": [], "encrypted_content": f"r{i}"})
+        if i == n - 1:
+            for step in range(steps):
+                call = {"type": "function_call", "call_id": f"c{step}", "name": "read"}
+                items.append({**call, "arguments": "{}"})
+                items.append({"type": "function_call_output", "call_id": f"c{step}", "output": "x"})
+        items.append({"type": "message", "role": "assistant", "content": f"answer {i}"})
+    return items
+
+
+def test_a_body_written_without_its_removed_items_indexes_only_what_it_brought_new(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reasoning items a long session's old turns lost (Responses) are not indexed again
+    at every step: only the messages after the run taken from the last forwarded body are
+    looked up among those received."""
+    responses = FORMATS[Dialect.OPENAI_RESPONSES]
+    key = ("ses_1", "openai-responses")
+    bodies = BodyCache()
+    received: list[dict[int, int]] = []
+    original = bodies_module._received
+
+    def recorded(parsed: Any, count: int) -> dict[int, int]:
+        received.append(original(parsed, count))
+        return received[-1]
+
+    monkeypatch.setattr(bodies_module, "_received", recorded)
+    for steps in (1, 2):
+        raw = _responses(_responses_turns(20, steps))
+        parsed = bodies.parse(key, responses, raw)
+        live = len(parsed.messages) - 2 - 2 * steps  # the last turn's reasoning item
+        # What the view does: a new list without the old turns' reasoning, the rest as it came.
+        parsed.body["input"] = [
+            item
+            for index, item in enumerate(parsed.messages)
+            if item["type"] != "reasoning" or index == live
+        ]
+        assert write(parsed, responses) == orjson.dumps(parsed.body)
+        bodies.remember(key, raw, parsed)
+    new = len(parsed.messages) - 3  # the second call, its output and the answer
+    assert parsed.reused == new
+    assert received[-1] == {id(parsed.messages[i]): i for i in range(new, new + 3)}
+
+
 def test_a_body_whose_other_members_changed_is_still_written_exactly() -> None:
     bodies = BodyCache()
     first = chat(turn(2))
