@@ -673,6 +673,8 @@ async def _forward(
             status = outbound.status = upstream_response.status
             if status == 404 and route != "relay":
                 extra_headers[HINT_HEADER] = _not_found_hint(state, upstream)
+            if outbound.rewrite is not None and outbound.rewrite.flow is not None:
+                await outbound.rewrite.flow.before_answer()  # a replica's checkpoint
             try:
                 response, relay = await relay_response(
                     request, upstream_response, style, extra_headers, on_prepared

@@ -9,8 +9,8 @@ a ``<conversation>`` transcript) it, in order:
    (``memory.checkpoint``), the per-session archive and the compaction log, written by the
    memory's background thread (``MemoryCatalog.writes``) while the request goes upstream; the
    session's next request waits for it (``Flow.begin``). With replicas (a shared state
-   backend) it is written before the request goes upstream: the next request may reach
-   another process. A failure to write is reported in ``/health`` and the log, and the
+   backend) the answer waits for it too: the next request, sent after it, may reach another
+   process. A failure to write is reported in ``/health`` and the log, and the
    request still goes on;
 2. compresses the large tool results inside the transcript (``compaction_compress``), keeping
    their originals in CCR so a marker the summary carries forward can still be expanded;
@@ -263,8 +263,8 @@ class CompactionStage:
         """Make the session's archive directory (so a memory dir that cannot take it is
         known before the summarizer is told of the archive), then write the checkpoint in the
         background: the compaction goes upstream meanwhile, and its answer's bookkeeping waits
-        for the write (``Flow.begin``). With a shared state backend (replicas), before the
-        request goes upstream, as it always was."""
+        for the write (``Flow.begin``). With a shared state backend (replicas), so does the
+        answer: the client sends the next request, which may reach another replica, after it."""
         report, session_id = job.report, job.flow.session_id
         try:
             make_memory_dirs(job.memory_dir, SESSIONS_DIR, session_dirname(session_id))
@@ -273,13 +273,11 @@ class CompactionStage:
             self._log(session_id, report)
             return
         report.archive = archive_paths(job.memory_dir, session_id, job.now)[1]
+        # Replicas: the session's next request may reach another process, which cannot wait
+        # for this one's background, and its resume block reads the checkpoint.
+        replicas = self.settings.state_url is not None
         write = functools.partial(self._checkpoint, job)
-        if self.settings.state_url is not None:
-            # Replicas: the session's next request may reach another process, which cannot
-            # wait for this one's background, and its resume block reads the checkpoint.
-            write()
-        else:
-            job.flow.begin(self.catalog.writes, write)
+        job.flow.begin(self.catalog.writes, write, answer_waits=replicas)
 
     def _checkpoint(self, job: CheckpointJob) -> None:
         """Extract and write the checkpoint, then let the project's index take it in (so the

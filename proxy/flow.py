@@ -11,6 +11,7 @@ tally, its ``changes`` says what it changed, item by item (the dashboard's reque
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -53,6 +54,7 @@ class Flow:
     after: list[Callable[[], None]] = field(default_factory=list)  # see ``defer``
     starts: list[tuple[Background, Callable[[], None]]] = field(default_factory=list)  # ``begin``
     begun: list[Future[Any]] = field(default_factory=list)  # what ``start_begun`` started
+    answer_waits: bool = False  # the answer is relayed once the begun work is done (``begin``)
     # What the session's earlier requests derived from the texts this one repeats (kept with
     # its parsed body, ``proxy.bodies``); a fresh one when there is none.
     seen: SeenTexts = field(default_factory=SeenTexts)
@@ -73,12 +75,18 @@ class Flow:
         logged and forgotten (``proxy.pipeline.RewriteRunner.run_after``)."""
         self.after.append(work)
 
-    def begin(self, background: Background, work: Callable[[], None]) -> None:
+    def begin(
+        self, background: Background, work: Callable[[], None], *, answer_waits: bool = False
+    ) -> None:
         """Run ``work`` on ``background`` as soon as the addons are done and the body is
         written (``start_begun``), while the request goes upstream. Unlike deferred work it
         must finish and is never cancelled: the session's next request waits for it, and so
-        does the bookkeeping of what this request's reports count (``finish_begun``)."""
+        does the bookkeeping of what this request's reports count (``finish_begun``). With
+        ``answer_waits``, so does the answer, at most ``BEGUN_WAIT_SECONDS``
+        (``before_answer``): where the session's next request may reach another process
+        (replicas), which cannot wait for this one's work, the client sends it only after."""
         self.starts.append((background, work))
+        self.answer_waits = self.answer_waits or answer_waits
 
     def start_begun(self) -> None:
         """Start what the addons began (``begin``)."""
@@ -95,6 +103,12 @@ class Flow:
         proxy stops, ``SessionRegistry.shutdown``)."""
         if self.begun:
             concurrent.futures.wait(self.begun, timeout)
+
+    async def before_answer(self, timeout: float = BEGUN_WAIT_SECONDS) -> None:
+        """On the event loop, once the upstream answers: wait for the begun work the answer
+        waits for (``begin`` with ``answer_waits``), at most ``timeout`` seconds."""
+        if self.answer_waits and self.begun:
+            await asyncio.wait(list(map(asyncio.wrap_future, self.begun)), timeout=timeout)
 
     def changes(self) -> list[Change]:
         """Every addon's changes, in the order the addons ran."""

@@ -299,22 +299,28 @@ def _rewrite(
     except StateUnavailable as exc:  # the addon reported it in /health; no traceback needed
         log.warning("%s; forwarding the original request (session %s)", exc, session_id)
         _forget(bodies, key)
-        _start_begun(flow)
-        return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc))
+        begun = _begun_only(flow)
+        return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=str(exc), flow=begun)
     except Exception as exc:
         log.exception("rewrite failed; forwarding the original request (session %s)", session_id)
         _forget(bodies, key)
-        _start_begun(flow)
-        return Rewrite(
-            raw, Outcome.FAILED_OPEN, session_id, kind, error=f"{type(exc).__name__}: {exc}"
-        )
+        error = f"{type(exc).__name__}: {exc}"
+        begun = _begun_only(flow)
+        return Rewrite(raw, Outcome.FAILED_OPEN, session_id, kind, error=error, flow=begun)
 
 
-def _start_begun(flow: Flow | None) -> None:
-    """What the addons began before one of them failed (a compaction's checkpoint) is done
-    all the same; the original bytes go upstream."""
-    if flow is not None:
-        flow.start_begun()
+def _begun_only(flow: Flow | None) -> Flow | None:
+    """What the addons began before one of them failed (a compaction's checkpoint) is done all
+    the same, and waited for as it would have been (``Flow.begin``); nothing else they did
+    counts: the original bytes go upstream."""
+    if flow is None:
+        return None
+    flow.start_begun()
+    if not flow.begun:
+        return None
+    return Flow(
+        flow.dialect, flow.session_id, flow.kind, begun=flow.begun, answer_waits=flow.answer_waits
+    )
 
 
 def _forget(bodies: BodyCache | None, key: tuple[str, str] | None) -> None:

@@ -550,6 +550,45 @@ async def test_a_compaction_that_fails_open_still_writes_its_checkpoint(
     assert checkpoint.session_id == "ses_fail"
 
 
+async def test_a_compaction_that_fails_open_makes_the_next_request_wait_for_its_checkpoint(
+    start_proxy, upstream, client, tmp_path, monkeypatch
+):
+    """The checkpoint an addon began before a later one failed is waited for as it would have
+    been: the session's next request, whose resume block reads it, comes after it."""
+    import threading
+
+    home, project = make_project(tmp_path, None)
+    on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
+    release = threading.Event()
+    real_write = compaction_module.write_checkpoint
+
+    def held_write(*args, **kwargs):
+        assert release.wait(10)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
+    proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
+
+    class BrokenOnCompactions:
+        def request(self, conversation, flow) -> bool:
+            if flow.kind.value == "compaction":
+                raise RuntimeError("a bug in a later addon")
+            return False
+
+    proxy.state.addons.append(BrokenOnCompactions())
+    await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_late")
+    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_late")
+    assert upstream.requests[-1].body == orjson.dumps(COMPACTION["body"])  # failed open
+    following = asyncio.create_task(
+        send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_late")
+    )
+    await asyncio.sleep(0.3)
+    assert not following.done() and on_disk_when_forwarded == [False, False]
+    release.set()
+    await asyncio.wait_for(following, 10)
+    assert on_disk_when_forwarded == [False, False, True]
+
+
 async def test_stopping_the_proxy_waits_for_the_checkpoints_being_written(tmp_path):
     """A checkpoint begun in the background is written before the proxy stops."""
     import threading

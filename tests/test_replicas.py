@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 
 from compressors.markers import marker_keys
+from memory.archive import CHECKPOINT_FILE
 from tests.conftest import REDIS_PASSWORD as PASSWORD
 from tests.redis_server import RedisServer
 from tests.test_durability import health, post, request_body, sent_keys, tool_outputs
@@ -153,14 +154,18 @@ async def test_replicas_racing_on_the_same_request_forward_one_form(
             assert first != body  # both compressed: the one that lost the race decided again
 
 
-async def test_with_replicas_the_checkpoint_is_on_disk_before_the_compaction_goes_upstream(
-    start_proxy, upstream, client, tmp_path, redis
+async def test_with_replicas_a_compaction_is_answered_once_its_checkpoint_is_written(
+    start_proxy, upstream, client, tmp_path, redis, monkeypatch
 ):
     """A single process writes a compaction's checkpoint in the background and makes the
     session's next request wait for it; another replica cannot wait for it, and the restarted
-    history's resume block reads it. So replicas write it before forwarding (a regression:
-    the corpus replay through two replicas forwarded the request after the compaction
-    otherwise than one process did)."""
+    history's resume block reads it (the corpus replay through two replicas forwarded the
+    request after the compaction otherwise than one process did). Replicas wrote it before
+    forwarding (issue 16: tens of ms on the request path); now the compaction goes upstream
+    at once and its answer waits for the write: the client sends the next request after it."""
+    import threading
+
+    from proxy import compaction as compaction_module
     from tests.test_compaction import (
         COMPACTION,
         agent_body,
@@ -171,6 +176,14 @@ async def test_with_replicas_the_checkpoint_is_on_disk_before_the_compaction_goe
 
     home, project = make_project(tmp_path, None)
     on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
+    release = threading.Event()
+    real_write = compaction_module.write_checkpoint
+
+    def held_write(*args, **kwargs):
+        assert release.wait(10)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
     proxy = await start_proxy(
         upstream=[f"{upstream.url}/v1"],
         data_dir=str(tmp_path / "replica0"),
@@ -178,8 +191,19 @@ async def test_with_replicas_the_checkpoint_is_on_disk_before_the_compaction_goe
         allowed_roots=str(home),
     )
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_held")
-    await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_held")
-    assert on_disk_when_forwarded == [False, True]
+    compaction = asyncio.create_task(
+        send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_held")
+    )
+    for _ in range(100):
+        if len(on_disk_when_forwarded) == 2:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    assert on_disk_when_forwarded == [False, False]  # upstream, the checkpoint not written
+    assert not compaction.done()  # and its answer held
+    release.set()
+    await asyncio.wait_for(compaction, 10)
+    assert (project / ".deep-memory" / CHECKPOINT_FILE).exists()
 
 
 async def test_a_compaction_on_another_replica_builds_the_checkpoint_from_the_session(
