@@ -52,8 +52,8 @@ from typing import Any
 
 from benchmarks import memory_search
 from memory import semantic
-from memory.archive import write_checkpoint
-from memory.catalog import _STOPWORDS, CHECKPOINT_FILE, MemoryCatalog, MemorySettings
+from memory.archive import CHECKPOINT_FILE, write_checkpoint
+from memory.catalog import _STOPWORDS, MemoryCatalog, MemorySettings
 from memory.checkpoint import Checkpoint
 from memory.project import global_memory_dir, project_memory_dir
 from memory.store import MEMORY_FILE, NOTES_FILE, normalize

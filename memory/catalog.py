@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cachetools import LRUCache
 
-from memory.archive import SESSIONS_DIR, newest_checkpoints
+from memory.archive import CHECKPOINT_FILE, SESSIONS_DIR, newest_checkpoints
 from memory.files import LOCKS_DIRNAME
 from memory.injection import Line
 from memory.project import DEFAULT_MEMORY_DIRNAME, global_memory_dir, project_memory_dir
@@ -30,7 +30,6 @@ from memory.tokenize import TokenizerMode
 
 log = logging.getLogger("deepmem.memory")
 
-CHECKPOINT_FILE = "checkpoint.md"
 # Archived sessions searched: the newest checkpoint of each of the most recently compacted.
 INDEXED_SESSIONS = 20
 STABLE_SECTIONS = ("Constraints", "Decisions")

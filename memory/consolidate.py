@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
+from memory.archive import CHECKPOINT_FILE, SESSIONS_DIR
 from memory.checkpoint import NONE, classify
 from memory.files import OutsideMemoryRoot, confine, read_text
 from memory.search import parse_documents
 from memory.store import (
     MEMORY_FILE,
+    NOTES_FILE,
     SECTIONS,
     Entry,
     MemoryStore,
@@ -95,9 +97,9 @@ def default_sources(memory_dir: Path) -> list[Path]:
     """A memory directory's checkpoints (latest and archived) and its notes.md; a file whose
     real path leaves the directory holding the memory directory is left out."""
     root = Path(memory_dir)
-    sessions = sorted((root / "sessions").glob("*/checkpoint*.md"))
+    sessions = sorted((root / SESSIONS_DIR).glob("*/checkpoint*.md"))
     found = []
-    for path in [root / "checkpoint.md", *sessions, root / "notes.md"]:
+    for path in [root / CHECKPOINT_FILE, *sessions, root / NOTES_FILE]:
         try:
             real = confine(path, root.parent)
         except OutsideMemoryRoot:

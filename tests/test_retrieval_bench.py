@@ -25,8 +25,7 @@ from benchmarks.retrieval import (
     rank_of,
     score,
 )
-from memory.archive import SESSIONS_DIR
-from memory.catalog import CHECKPOINT_FILE
+from memory.archive import CHECKPOINT_FILE, SESSIONS_DIR
 from memory.project import project_memory_dir
 from memory.store import MemoryFile, MemoryStore
 
