@@ -181,18 +181,29 @@ class RewriteLog:
             self.bytes += record.size
             while len(records) > self.per_session:
                 self.bytes -= records.popleft().size
-            self._evict(record.at)
+            self._evict(record.at, every_session=False)
 
-    def _evict(self, now: float) -> None:
+    def _evict(self, now: float, *, every_session: bool = True) -> None:
         """Expired records, then the least recently recorded sessions past ``max_sessions``,
-        then the oldest records past ``max_bytes`` (the newest record always stays)."""
+        then the oldest records past ``max_bytes`` (the newest record always stays). A record
+        added looks for expired ones only in the sessions recorded before any that still
+        holds a live one, unless the log is over ``max_bytes``: a reader looks in every
+        session first, so none it is given has expired."""
         oldest_kept = now - self.retention_seconds
-        for session_id in list(self._sessions):
-            records = self._sessions[session_id]
-            while records and records[0].at < oldest_kept:
-                self.bytes -= records.popleft().size
-            if not records:
-                del self._sessions[session_id]
+        if every_session or self.bytes > self.max_bytes:
+            for session_id in list(self._sessions):
+                records = self._sessions[session_id]
+                while records and records[0].at < oldest_kept:
+                    self.bytes -= records.popleft().size
+                if not records:
+                    del self._sessions[session_id]
+        else:
+            while self._sessions:
+                records = next(iter(self._sessions.values()))
+                if records[-1].at >= oldest_kept:
+                    break
+                self.bytes -= sum(record.size for record in records)
+                self._sessions.popitem(last=False)
         while len(self._sessions) > self.max_sessions:
             _, records = self._sessions.popitem(last=False)
             self.bytes -= sum(r.size for r in records)

@@ -303,6 +303,24 @@ def test_no_record_outlives_the_retention(monkeypatch):
     assert log.get("b", fresh.id) is None and len(log) == 0 and log.bytes == 0
 
 
+def test_a_record_added_looks_only_at_the_sessions_recorded_before_any_live_one(monkeypatch):
+    """Adding a record walked every session of the log (up to 200) for expired records; it
+    drops the sessions recorded least recently while their newest record has expired, and a
+    reader still never gets an expired record (it looks at every session first)."""
+    log = RewriteLog(retention_seconds=100)
+    now = 1_000_000.0
+    monkeypatch.setattr("proxy.rewrites.time.time", lambda: now)
+    gone = _record_of(log, "gone", at=now - 150)
+    old = _record_of(log, "mixed", at=now - 120)
+    live = _record_of(log, "mixed", at=now - 10)
+    _record_of(log, "new", at=now)
+    assert "gone" not in log._sessions  # recorded first and expired: dropped
+    assert len(log._sessions["mixed"]) == 2  # its expired record waits for a reader
+    assert log.bytes == sum(r.size for r in _all(log))
+    assert log.get("mixed", old.id) is None and log.get("mixed", live.id) is live
+    assert log.get("gone", gone.id) is None and log.bytes == sum(r.size for r in _all(log))
+
+
 def _all(log: RewriteLog) -> list[RewriteRecord]:
     return [record for records in log._sessions.values() for record in records]
 
