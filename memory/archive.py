@@ -200,7 +200,11 @@ class ArchivedCheckpoint:
 
 
 def session_checkpoints(memory_dir: Path, session_id: str) -> list[ArchivedCheckpoint]:
-    """A session's archived checkpoints, newest first (none when they cannot be read)."""
+    """A session's archived checkpoints, newest first (none when they cannot be read). Asked
+    at every user turn of every session: most have none, which one ``stat`` tells, before
+    the real path of the directory is checked (a dozen ``lstat`` calls)."""
+    if not memory_dir.joinpath(SESSIONS_DIR, session_dirname(session_id)).is_dir():
+        return []
     try:
         session_dir = memory_path(memory_dir, SESSIONS_DIR, session_dirname(session_id))
     except OutsideMemoryRoot as exc:

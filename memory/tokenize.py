@@ -50,6 +50,8 @@ def tokenize(text: str, mode: TokenizerMode = "bigram") -> list[str]:
 
 def _word_tokens(word: str) -> list[str]:
     """The word itself, then its ``_`` / ``.`` separated parts when it has any."""
+    if "_" not in word and "." not in word:  # most words: no split to make
+        return [word]
     parts = [part for part in _PART_SPLIT_RE.split(word) if part]
     if len(parts) == 1 and parts[0] == word:
         return [word]

@@ -102,3 +102,27 @@ def test_an_archived_checkpoint_is_read_once_then_not_looked_at_again(tmp_path, 
     monkeypatch.setattr(search_module, "_stamp", lambda path: looked_at.append(path) or stamp(path))
     assert [hit.entry.text for hit in memory.search("zebra")] == ["zebra"]
     assert looked_at and not [path for path in looked_at if "sessions" in path.parts]
+
+
+def test_a_session_without_an_archive_is_answered_without_resolving_real_paths(
+    tmp_path, monkeypatch
+):
+    """Every user turn asks for its session's own checkpoints (the resume block), and most
+    sessions have none: one stat says so, before the real path of the session's directory is
+    checked (a dozen lstat calls each time)."""
+    from memory import archive as archive_module
+    from memory.archive import session_checkpoints
+
+    memory_dir = tmp_path / "project" / ".deep-memory"
+    write_checkpoint(memory_dir, "ses_done", datetime(2026, 11, 21, tzinfo=UTC), [], "# C\n")
+    resolved: list[tuple[str, ...]] = []
+    real_memory_path = archive_module.memory_path
+
+    def memory_path(directory, *parts):
+        resolved.append(parts)
+        return real_memory_path(directory, *parts)
+
+    monkeypatch.setattr(archive_module, "memory_path", memory_path)
+    assert session_checkpoints(memory_dir, "ses_never") == [] and resolved == []
+    [archived] = session_checkpoints(memory_dir, "ses_done")
+    assert archived.session == "ses_done" and len(resolved) == 1

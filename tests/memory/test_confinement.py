@@ -137,6 +137,7 @@ def test_a_symlinked_session_dir_is_not_searched(layout) -> None:
     (sessions / "ses_x").symlink_to(outside / "sessions" / "ses_x", target_is_directory=True)
     before = snapshot(outside)
     assert newest_checkpoints(project / ".deep-memory", 20) == []
+    assert session_checkpoints(project / ".deep-memory", "ses_x") == []
     assert_untouched_and_unread(outside, before, catalog.get(project))
 
 
