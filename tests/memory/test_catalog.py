@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memory import catalog as catalog_module
 from memory import search as search_module
@@ -126,3 +130,24 @@ def test_a_session_without_an_archive_is_answered_without_resolving_real_paths(
     assert session_checkpoints(memory_dir, "ses_never") == [] and resolved == []
     [archived] = session_checkpoints(memory_dir, "ses_done")
     assert archived.session == "ses_done" and len(resolved) == 1
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([*catalog_module._STOPWORD_LIST, *"记住得别忘了不要记"]),
+            st.text(alphabet="aAiIsSkKtTwWyY'ſİıK._- \n记别不住", max_size=8),
+        ),
+        max_size=30,
+    ).map("".join)
+)
+def test_the_recall_query_loses_the_stopwords_the_plain_alternation_finds(text):
+    """``_STOPWORDS`` looks ahead for the letters the words begin with before trying them:
+    it removes exactly what the alternation alone removes, case-insensitively."""
+    plain = re.compile(
+        r"\b(?:{})\b|{}".format(
+            "|".join(catalog_module._STOPWORD_LIST), "|".join(catalog_module._TASK_WORDS)
+        ),
+        re.IGNORECASE,
+    )
+    assert catalog_module._STOPWORDS.sub(" ", text) == plain.sub(" ", text)
