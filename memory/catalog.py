@@ -9,7 +9,6 @@ project directory may be used at all is decided before, by ``memory.project``.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from dataclasses import dataclass
 from datetime import date
@@ -24,6 +23,7 @@ from memory.project import DEFAULT_MEMORY_DIRNAME, global_memory_dir, project_me
 from memory.search import Hit, MemoryIndex
 from memory.semantic import CACHE_FILE as EMBEDDINGS_FILE
 from memory.semantic import Embeddings
+from memory.signals import keyword_pattern
 from memory.store import DEFAULT_SIMILARITY, MEMORY_FILE, NOTES_FILE, MemoryStore, normalize
 from memory.threads import Background
 from memory.tokenize import TokenizerMode
@@ -45,13 +45,7 @@ _STOPWORD_TEXT = (
 )
 _STOPWORD_LIST = tuple(_STOPWORD_TEXT.split())
 _TASK_WORDS = ("记住", "记得", "别忘了?", "不要忘记?")
-# A lookahead for the letters they begin with first: the alternation is tried only where one
-# of them may begin (160 -> 80 us on a user message of the corpus, ~1,000 characters).
-_STOPWORDS = re.compile(
-    "(?=[{}])".format("".join(sorted({word[0] for word in _STOPWORD_LIST + _TASK_WORDS})))
-    + r"(?:\b(?:{})\b|{})".format("|".join(_STOPWORD_LIST), "|".join(_TASK_WORDS)),
-    re.IGNORECASE,
-)
+_STOPWORDS = keyword_pattern(_STOPWORD_LIST, _TASK_WORDS)
 # The relevance floor of recall (``memory.search.lexical_similarity``), so a message about
 # something else, or one word of a longer message, recalls nothing. Set on the tuning half of
 # fixtures/retrieval (benchmarks/retrieval.py).

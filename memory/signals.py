@@ -12,12 +12,43 @@ import re
 from dataclasses import dataclass
 
 MAX_CAPTURE_CHARS = 2000
+_BOUNDARY = r"\b"
 
-_CAPTURE_KEYWORDS = re.compile(
-    r"\b(?:remember|don'?t\s+forget|do\s+not\s+forget|keep\s+in\s+mind|note\s+to\s+self|"
-    r"must\s+not|must\s+never|never\s+ever|from\s+now\s+on)\b|\bimportant\s*:"
-    r"|记住|记得|别忘|不要忘|重要[:\uff1a]|绝不能|千万不要|务必|以后都|从现在起",
-    re.IGNORECASE,
+
+def keyword_pattern(words: tuple[str, ...], others: tuple[str, ...] = ()) -> re.Pattern[str]:
+    """``words`` as whole words, or ``others``, case-insensitive, tried only where one of their
+    first letters is: each begins with a letter (``others`` after ``\\b`` if they have one).
+    An alternation under ``\\b`` is otherwise tried at every position of the text: on a user
+    message of the corpus, the recall query's stopwords took 160 us (90 gated), a capture 100
+    (43), the nudges' signals 227 (92)."""
+    firsts = set()
+    for alternative in (*words, *(other.removeprefix(_BOUNDARY) for other in others)):
+        if not alternative[:1].isalpha():
+            raise ValueError(f"a keyword alternative must begin with a letter: {alternative!r}")
+        firsts.add(alternative[0].lower())
+    alternatives = [rf"\b(?:{'|'.join(words)})\b"] if words else []
+    return re.compile(
+        f"(?=[{''.join(sorted(firsts))}])(?:{'|'.join([*alternatives, *others])})", re.IGNORECASE
+    )
+
+
+_CAPTURE_KEYWORDS = keyword_pattern(
+    (
+        "remember",
+        r"don'?t\s+forget",
+        r"do\s+not\s+forget",
+        r"keep\s+in\s+mind",
+        r"note\s+to\s+self",
+        r"must\s+not",
+        r"must\s+never",
+        r"never\s+ever",
+        r"from\s+now\s+on",
+    ),
+    (
+        r"\bimportant\s*:",
+        *("记住", "记得", "别忘", "不要忘", "重要[:\uff1a]", "绝不能", "千万不要", "务必"),
+        *("以后都", "从现在起"),
+    ),
 )
 # "Do you remember …?" asks; it does not tell us anything to keep.
 _QUESTION_ONLY = re.compile(r"^\s*(?:do|did|can|could)\s+you\s+remember\b[^.!\n]*\?\s*$", re.I)
@@ -49,35 +80,55 @@ class Signal:
     excerpt: str  # the sentence that matched
 
 
+_DECIDED = r"(?:have\s+|'ve\s+)?(?:decided|chose|agreed|settled\s+on|went\s+with)"
+_ADOPTED = r"\s+(?:use|go\s+with|switch\s+to|stick\s+with)"
 SIGNAL_PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "decision",
         "Decisions",
-        re.compile(
-            r"\b(?:we|i)\s+(?:have\s+|'ve\s+)?(?:decided|chose|agreed|settled\s+on|went\s+with)\b"
-            r"|\b(?:let'?s|we'?ll|we\s+will)\s+(?:use|go\s+with|switch\s+to|stick\s+with)\b"
-            r"|\bdecision\s*:|决定|选择了|采用|改用|就用",
-            re.IGNORECASE,
+        keyword_pattern(
+            (
+                rf"we\s+{_DECIDED}",
+                rf"i\s+{_DECIDED}",
+                rf"let'?s{_ADOPTED}",
+                rf"we'?ll{_ADOPTED}",
+                rf"we\s+will{_ADOPTED}",
+            ),
+            (r"\bdecision\s*:", "决定", "选择了", "采用", "改用", "就用"),
         ),
     ),
     (
         "constraint",
         "Constraints",
-        re.compile(
-            r"\b(?:must\s+not|must\s+never|never\s+use|always\s+use|do\s+not\s+use|don'?t\s+use|"
-            r"is\s+not\s+allowed|are\s+not\s+allowed|is\s+required\s+to)\b"
-            r"|必须|不能用|不允许|禁止|不要用",
-            re.IGNORECASE,
+        keyword_pattern(
+            (
+                r"must\s+not",
+                r"must\s+never",
+                r"never\s+use",
+                r"always\s+use",
+                r"do\s+not\s+use",
+                r"don'?t\s+use",
+                r"is\s+not\s+allowed",
+                r"are\s+not\s+allowed",
+                r"is\s+required\s+to",
+            ),
+            ("必须", "不能用", "不允许", "禁止", "不要用"),
         ),
     ),
     (
         "fix",
         "Gotchas",
-        re.compile(
-            r"\b(?:the\s+fix\s+(?:was|is)|root\s+cause|the\s+(?:problem|issue|bug)\s+was|"
-            r"(?:was|is)\s+caused\s+by|fixed\s+(?:it|this|the)\s+by|resolved\s+by)\b"
-            r"|修复了|原因是|根本原因|问题出在|解决了",
-            re.IGNORECASE,
+        keyword_pattern(
+            (
+                r"the\s+fix\s+(?:was|is)",
+                r"root\s+cause",
+                r"the\s+(?:problem|issue|bug)\s+was",
+                r"was\s+caused\s+by",
+                r"is\s+caused\s+by",
+                r"fixed\s+(?:it|this|the)\s+by",
+                r"resolved\s+by",
+            ),
+            ("修复了", "原因是", "根本原因", "问题出在", "解决了"),
         ),
     ),
 )
