@@ -1069,11 +1069,21 @@ def _candidate_tokens(candidates: list[_Candidate], memo: SessionMemo) -> int:
 
 
 def _turn_fingerprint(conversation: Conversation) -> str:
-    """Which user turn this is: how many turns so far, and the last one's text (not its index,
-    which moves when older reasoning items are dropped)."""
-    turns = conversation.user_message_texts()
-    last = turns[-1] if turns else ""
-    return xxhash.xxh3_64_hexdigest(utf8(f"{len(turns)}\x00{last}"))
+    """Which user turn this is: how many user messages carry text so far, and the last one's
+    text (not its index, which moves when older reasoning items are dropped). Counted in one
+    pass over the items (in wire order), and only the last message's texts are read."""
+    user, text = Role.USER, Kind.TEXT
+    count, last = 0, -2
+    for item in conversation.items:
+        if item.role is user and item.kind is text and item.message != last:
+            count, last = count + 1, item.message
+    parts = [
+        item.text
+        for item in conversation.items[conversation.first_item_of(last) :]
+        if item.message == last and item.role is user and item.kind is text
+    ]
+    last_text = "\n".join(parts)
+    return xxhash.xxh3_64_hexdigest(utf8(f"{count}\x00{last_text}"))
 
 
 def _event(

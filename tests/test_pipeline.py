@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import orjson
 import pytest
+from hypothesis import given, settings
 
 from compressors.markers import marker_keys
 from compressors.pipeline import CompressionSettings, SessionMemo, compress
@@ -23,6 +24,7 @@ from proxy.pipeline import Outcome, rewrite_request
 from proxy.replay_wire import DIALECTS, paired_calls, request_body, to_chat
 from proxy.stores import open_stores
 from tests.conftest import CAPTURES
+from tests.strategies import rendered_sessions
 
 SETTINGS = CompressionSettings(arrival_kinds=frozenset())  # arrival has its own test
 
@@ -547,3 +549,19 @@ def test_the_clock_tells_the_addons_how_long_a_session_was_idle() -> None:
     clock.seen("old", time.time() - 400)
     rewrite_request(raw, Dialect.OPENAI_CHAT, {"x-session-id": "old"}, [Spy()], clock)
     assert idle[-1] is not None and 399 < idle[-1] < 405
+
+
+@settings(max_examples=60, deadline=None)
+@given(rendered_sessions(1, 4))
+def test_the_turn_fingerprint_counts_the_user_messages_and_reads_the_last_one(rendered):
+    """``_turn_fingerprint`` counts the user messages that carry text in one pass and reads
+    only the last one's texts: the same as from every user message's text joined."""
+    import xxhash
+
+    from compressors.pipeline import _turn_fingerprint
+
+    conversation = parse_conversation(rendered.dialect, copy.deepcopy(rendered.body))
+    texts = conversation.user_message_texts()
+    last = texts[-1] if texts else ""
+    expected = xxhash.xxh3_64_hexdigest(f"{len(texts)}\x00{last}".encode("utf-8", "surrogatepass"))
+    assert _turn_fingerprint(conversation) == expected
