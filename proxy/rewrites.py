@@ -187,10 +187,10 @@ class RewriteLog:
         """Expired records, then the least recently recorded sessions past ``max_sessions``,
         then the oldest records past ``max_bytes`` (the newest record always stays). A record
         added looks for expired ones only in the sessions recorded before any that still
-        holds a live one, unless the log is over ``max_bytes``: a reader looks in every
-        session first, so none it is given has expired."""
+        holds a live one (a log at its byte cap, the steady state, drops from those anyway): a
+        reader looks in every session first, so none it is given has expired."""
         oldest_kept = now - self.retention_seconds
-        if every_session or self.bytes > self.max_bytes:
+        if every_session:
             for session_id in list(self._sessions):
                 records = self._sessions[session_id]
                 while records and records[0].at < oldest_kept:

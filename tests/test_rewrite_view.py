@@ -321,6 +321,24 @@ def test_a_record_added_looks_only_at_the_sessions_recorded_before_any_live_one(
     assert log.get("gone", gone.id) is None and log.bytes == sum(r.size for r in _all(log))
 
 
+def test_a_log_at_its_byte_cap_drops_from_the_least_recent_sessions_without_a_walk(monkeypatch):
+    """At the byte cap (a long-running proxy's steady state) adding a record walked every
+    session too; it drops the least recently recorded sessions' oldest records, and an expired
+    record of a session further on waits for a reader as below."""
+    now = 1_000_000.0
+    monkeypatch.setattr("proxy.rewrites.time.time", lambda: now)
+    one = _record_of(RewriteLog(100), "s", "z" * 1000).size
+    log = RewriteLog(retention_seconds=100, max_bytes=one * 3)
+    old = _record_of(log, "mixed", "z" * 1000, at=now - 120)
+    live = _record_of(log, "mixed", "z" * 1000, at=now - 10)
+    first = _record_of(log, "first", "z" * 1000, at=now - 5)
+    _record_of(log, "mixed", "z" * 1000, at=now)  # "first" is now the least recent
+    assert "first" not in log._sessions and log.bytes <= log.max_bytes
+    assert len(log._sessions["mixed"]) == 3  # its expired record was not looked for
+    assert log.get("first", first.id) is None and log.get("mixed", old.id) is None
+    assert log.get("mixed", live.id) is live and log.bytes == sum(r.size for r in _all(log))
+
+
 def _all(log: RewriteLog) -> list[RewriteRecord]:
     return [record for records in log._sessions.values() for record in records]
 
