@@ -6,6 +6,7 @@ import asyncio
 import copy
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,19 @@ def checkpoint_on_disk_when_forwarded(upstream, project: Path) -> list[bool]:
 
     upstream.handler = provider
     return seen
+
+
+def hold_checkpoint_writes(monkeypatch) -> threading.Event:
+    """Make every checkpoint write wait until the event returned is set (at most 10 s)."""
+    release = threading.Event()
+    real_write = compaction_module.write_checkpoint
+
+    def held_write(*args, **kwargs):
+        assert release.wait(10)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
+    return release
 
 
 def transcript_of(messages: list[dict[str, Any]]) -> str:
@@ -495,19 +509,10 @@ async def test_the_compaction_goes_upstream_while_its_checkpoint_is_written(
     session) was written before the compaction went upstream. It is written in the background
     now: the compaction and its answer do not wait for it; the session's next request, which
     may read it, does; and the statistics count it once written."""
-    import threading
-
     home, project = make_project(tmp_path, None)
     checkpoint = project / ".deep-memory" / CHECKPOINT_FILE
     on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
-    release = threading.Event()
-    real_write = compaction_module.write_checkpoint
-
-    def held_write(*args, **kwargs):
-        assert release.wait(10)
-        return real_write(*args, **kwargs)
-
-    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
+    release = hold_checkpoint_writes(monkeypatch)
     proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
     await send(client, proxy, "/v1/chat/completions", agent_body(project), "ses_order")
     await send(client, proxy, "/v1/chat/completions", COMPACTION["body"], "ses_order")
@@ -555,18 +560,9 @@ async def test_a_compaction_that_fails_open_makes_the_next_request_wait_for_its_
 ):
     """The checkpoint an addon began before a later one failed is waited for as it would have
     been: the session's next request, whose resume block reads it, comes after it."""
-    import threading
-
     home, project = make_project(tmp_path, None)
     on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
-    release = threading.Event()
-    real_write = compaction_module.write_checkpoint
-
-    def held_write(*args, **kwargs):
-        assert release.wait(10)
-        return real_write(*args, **kwargs)
-
-    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
+    release = hold_checkpoint_writes(monkeypatch)
     proxy = await start_proxy(upstream=[f"{upstream.url}/v1"], allowed_roots=str(home))
 
     class BrokenOnCompactions:
@@ -591,8 +587,6 @@ async def test_a_compaction_that_fails_open_makes_the_next_request_wait_for_its_
 
 async def test_stopping_the_proxy_waits_for_the_checkpoints_being_written(tmp_path):
     """A checkpoint begun in the background is written before the proxy stops."""
-    import threading
-
     from memory.catalog import MemoryCatalog
 
     catalog = MemoryCatalog(tmp_path / "data")

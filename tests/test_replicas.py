@@ -163,27 +163,18 @@ async def test_with_replicas_a_compaction_is_answered_once_its_checkpoint_is_wri
     request after the compaction otherwise than one process did). Replicas wrote it before
     forwarding (issue 16: tens of ms on the request path); now the compaction goes upstream
     at once and its answer waits for the write: the client sends the next request after it."""
-    import threading
-
-    from proxy import compaction as compaction_module
     from tests.test_compaction import (
         COMPACTION,
         agent_body,
         checkpoint_on_disk_when_forwarded,
+        hold_checkpoint_writes,
         send,
     )
     from tests.test_memory_injection import make_project
 
     home, project = make_project(tmp_path, None)
     on_disk_when_forwarded = checkpoint_on_disk_when_forwarded(upstream, project)
-    release = threading.Event()
-    real_write = compaction_module.write_checkpoint
-
-    def held_write(*args, **kwargs):
-        assert release.wait(10)
-        return real_write(*args, **kwargs)
-
-    monkeypatch.setattr(compaction_module, "write_checkpoint", held_write)
+    release = hold_checkpoint_writes(monkeypatch)
     proxy = await start_proxy(
         upstream=[f"{upstream.url}/v1"],
         data_dir=str(tmp_path / "replica0"),
