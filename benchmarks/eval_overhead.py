@@ -6,8 +6,9 @@
 and through the proxy, and alternates which goes first (the first is sent after the
 evaluator's own work on the previous request, on cold caches; the second follows it at once).
 So each proxy's overheads fall in two groups about 0.7 ms apart, and the p50 of the whole run
-lies between them, where few requests are: two runs of the same control moved it by 0.2 ms
-(0.86 against 1.05) while their requests, one by one, differed by 0.05 ms at the median.
+lies between them, where few requests are: two runs of the same control in one hour had p50s
+0.2 ms apart (0.86 against 1.05) while their requests, one by one, differed by 0.00 ms at the
+median (0.05 ms within either group).
 
 For the control and each run (``--out`` files of the same dialect and corpus) this prints the
 evaluator's p50 and p95, the p50 of each group with its ratio to the control's, and each
