@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+
+from benchmarks.overhead import percentile
 
 # The evaluator sends the direct request first for even request indices of a transcript.
 ORDERS = (("direct sent first", 0), ("proxy sent first", 1))
@@ -52,11 +53,9 @@ def load(path: Path) -> Run:
     return Run(str(data.get("label") or path.stem), overheads)
 
 
-def percentile(values: Iterable[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def _percentile(values: list[float], q: int) -> float:
+    """As the evaluator computes it (linear between the two nearest ranks)."""
+    return percentile(values, q) if values else float("nan")
 
 
 def _ratio(value: float, control: float) -> str:
@@ -72,14 +71,14 @@ def report(control: Run, runs: list[Run]) -> str:
         "|---|---|" + "---|" * len(ORDERS) + "---|",
     ]
     all_control = list(control.overheads.values())
-    c50, c95 = percentile(all_control, 0.5), percentile(all_control, 0.95)
+    c50, c95 = _percentile(all_control, 50), _percentile(all_control, 95)
     for run in [control, *runs]:
         values = list(run.overheads.values())
-        p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
+        p50, p95 = _percentile(values, 50), _percentile(values, 95)
         cells = [f"{p50:.2f} / {p95:.2f} ({_ratio(p50, c50)} / {_ratio(p95, c95)})"]
         for _, parity in ORDERS:
-            mine = percentile(run.of_order(parity), 0.5)
-            theirs = percentile(control.of_order(parity), 0.5)
+            mine = _percentile(run.of_order(parity), 50)
+            theirs = _percentile(control.of_order(parity), 50)
             cells.append(f"{mine:.2f} ({_ratio(mine, theirs)})")
         shared = [key for key in run.overheads if key in control.overheads]
         differences = [run.overheads[key] - control.overheads[key] for key in shared]

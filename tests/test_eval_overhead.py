@@ -43,6 +43,8 @@ def test_orders_and_per_request_differences(
     assert second == "2.00 (1.33)"
     assert paired == "+0.38 / +0.38 (n=10)"  # the failed and untimed requests left out
     assert _cells(output, "control")[-1] == "-"
+    # The evaluator's p50 of ten values lies halfway between the fifth and sixth.
+    assert _cells(output, "control")[0] == "1.00 / 1.50 (1.00 / 1.00)"
 
 
 def test_requests_only_one_run_timed_are_left_out_of_the_differences(
